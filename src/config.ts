@@ -1,0 +1,91 @@
+import { z } from 'zod';
+
+/** Thrown when the environment does not describe a valid configuration; `message` is one line naming the variable. */
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+}
+
+const ROLE_NAMES = ['api', 'relay', 'consumers'] as const;
+export type Role = (typeof ROLE_NAMES)[number];
+
+const int = (min: number, max: number) =>
+  z
+    .string()
+    .regex(/^\d+$/, `an integer between ${min} and ${max}`)
+    .transform(Number)
+    .pipe(z.number().int().min(min, `an integer between ${min} and ${max}`).max(max, `an integer between ${min} and ${max}`));
+
+const optionalText = z.string().min(1).optional();
+
+const boolean = z
+  .enum(['true', 'false', '1', '0'], { message: 'true or false' })
+  .transform((v) => v === 'true' || v === '1');
+
+/** Environment variables the service understands, with defaults that make `npm run dev` work without a `.env`. */
+export const ConfigSchema = z.object({
+  PORT: int(0, 65535).default(3000),
+  HOST: z.string().min(1).default('0.0.0.0'),
+  DATABASE_URL: z
+    .string()
+    .regex(/^(file:|libsql:|https?:|wss?:)/, 'a libSQL URL such as file:./data/app.db or libsql://host')
+    .default('file:./data/app.db'),
+  DATABASE_AUTH_TOKEN: optionalText,
+  DATABASE_BUSY_TIMEOUT_MS: int(0, 600_000).default(5000),
+  NATS_URL: z
+    .string()
+    .regex(/^(nats|tls|wss?):\/\/[^,\s]+(,(nats|tls|wss?):\/\/[^,\s]+)*$/, 'one or more comma-separated nats://host:port URLs')
+    .default('nats://127.0.0.1:4222'),
+  NATS_CREDS: optionalText,
+  NATS_TOKEN: optionalText,
+  NATS_USER: optionalText,
+  NATS_PASSWORD: optionalText,
+  NATS_TLS_CA: optionalText,
+  NATS_TLS_CERT: optionalText,
+  NATS_TLS_KEY: optionalText,
+  NATS_STREAM: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'a stream name of letters, digits, - and _').default('EVENTS'),
+  EVENTS_SUBJECT_PREFIX: z
+    .string()
+    .regex(/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/, 'dot-separated subject tokens without wildcards')
+    .default('events'),
+  STREAM_MAX_BYTES: int(1024 * 1024, Number.MAX_SAFE_INTEGER).default(1024 * 1024 * 1024),
+  STREAM_DUPLICATE_WINDOW_MS: int(1000, 7 * 24 * 3600 * 1000).default(10 * 60 * 1000),
+  RELAY_POLL_MS: int(1, 60_000).default(100),
+  RELAY_BATCH: int(1, 10_000).default(500),
+  RELAY_MAX_IN_FLIGHT: int(1, 10_000).default(256),
+  RELAY_MAX_ATTEMPTS: int(1, 1000).default(5),
+  RELAY_MAX_BACKOFF_MS: int(100, 3_600_000).default(30_000),
+  ROLES: z
+    .string()
+    .transform((v) => v.split(',').map((r) => r.trim()).filter(Boolean))
+    .pipe(z.array(z.enum(ROLE_NAMES, { message: `a comma-separated list of ${ROLE_NAMES.join(', ')}` })).min(1, 'at least one role'))
+    .default(['api', 'relay', 'consumers']),
+  CONSUMERS: z
+    .string()
+    .transform((v) => v.split(',').map((r) => r.trim()).filter(Boolean))
+    .pipe(z.array(z.string().regex(/^[A-Za-z0-9_-]+$/, 'consumer names of letters, digits, - and _')))
+    .optional(),
+  CONSUMER_DATABASE_URL_TEMPLATE: z.string().includes('{name}', { message: 'a libSQL URL containing {name}' }).default('file:./data/{name}.db'),
+  INBOX_RETENTION_DAYS: int(1, 3650).default(30),
+  ADMIN_TOKEN: z.string().min(16, 'at least 16 characters').optional(),
+  LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
+  MIGRATE_ON_START: boolean.default(true),
+});
+
+export type Config = z.output<typeof ConfigSchema>;
+
+/** Parses an env record (never `process.env` directly inside the core); throws ConfigError naming the first bad variable. */
+export function parseConfig(env: Record<string, string | undefined>): Config {
+  const input: Record<string, string> = {};
+  for (const key of Object.keys(ConfigSchema.shape)) {
+    const value = env[key];
+    if (value !== undefined && value !== '') input[key] = value;
+  }
+  const result = ConfigSchema.safeParse(input);
+  if (result.success) return result.data;
+  const issue = result.error.issues[0]!;
+  const name = String(issue.path[0] ?? 'configuration');
+  const got = input[name];
+  throw new ConfigError(
+    `Invalid configuration: ${name} must be ${issue.message}${got === undefined ? '' : ` (got ${JSON.stringify(got)})`}`,
+  );
+}

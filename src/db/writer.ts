@@ -1,0 +1,76 @@
+import type { Database, Tx } from './open-database.ts';
+import { DatabaseBusyError, isBusyError } from './busy.ts';
+
+/** Runs write transactions one at a time for this process, grouping queued ones into a single commit. */
+export type Writer = {
+  /**
+   * Runs `fn` inside a write transaction (BEGIN IMMEDIATE) and resolves with its result only after the commit.
+   * `fn` must do database work only: it may share the transaction with other queued writes, each in its own
+   * savepoint, so a throw rolls back `fn`'s own work and rejects only its own promise.
+   */
+  write<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
+  /** Resolves once everything queued so far has committed or failed. */
+  idle(): Promise<void>;
+};
+
+type Job = { fn: (tx: Tx) => Promise<unknown>; resolve: (v: unknown) => void; reject: (e: unknown) => void };
+type Outcome = { ok: true; value: unknown } | { ok: false; error: unknown };
+
+/**
+ * One write queue per database per process. @libsql/client's local driver is synchronous, so a second
+ * in-process BEGIN IMMEDIATE while one is open would block the event loop until the busy timeout; the queue
+ * avoids that, and it is where group commit happens: up to `maxGroup` queued writes share one fsync.
+ */
+export function createWriter(db: Database, options: { maxGroup?: number } = {}): Writer {
+  const maxGroup = options.maxGroup ?? 64;
+  const queue: Job[] = [];
+  let draining: Promise<void> | undefined;
+
+  async function runGroup(group: Job[]): Promise<void> {
+    const outcomes: Outcome[] = [];
+    try {
+      await db.transaction(async (tx) => {
+        if (group.length === 1) {
+          outcomes.push({ ok: true, value: await group[0]!.fn(tx as Tx) });
+          return;
+        }
+        for (const job of group) {
+          try {
+            outcomes.push({ ok: true, value: await (tx as Tx).transaction((sp) => job.fn(sp as Tx)) });
+          } catch (error) {
+            outcomes.push({ ok: false, error });
+          }
+        }
+      });
+    } catch (error) {
+      const wrapped = isBusyError(error) ? new DatabaseBusyError(error) : error;
+      group.forEach((job, i) => {
+        const own = outcomes[i];
+        job.reject(own && !own.ok ? own.error : wrapped);
+      });
+      return;
+    }
+    group.forEach((job, i) => {
+      const o = outcomes[i]!;
+      if (o.ok) job.resolve(o.value);
+      else job.reject(o.error);
+    });
+  }
+
+  async function drain(): Promise<void> {
+    while (queue.length > 0) await runGroup(queue.splice(0, maxGroup));
+    draining = undefined;
+  }
+
+  return {
+    write<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
+      return new Promise<T>((resolve, reject) => {
+        queue.push({ fn, resolve: resolve as (v: unknown) => void, reject });
+        draining ??= Promise.resolve().then(drain);
+      });
+    },
+    async idle() {
+      while (draining) await draining;
+    },
+  };
+}

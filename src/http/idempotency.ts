@@ -1,0 +1,65 @@
+import { eq } from 'drizzle-orm';
+import type { Context } from 'hono';
+import type { Tx } from '../db/open-database.ts';
+import { idempotencyKeys } from '../db/schema.ts';
+import { BadRequestError, IdempotencyConflictError } from '../errors.ts';
+
+export type CommandResponse = { status: number; body: unknown; location?: string };
+export type IdempotencyKey = { key: string; fingerprint: string };
+
+/** Reads and checks the Idempotency-Key header; the fingerprint covers method, path and the validated body. */
+export async function readIdempotencyKey(c: Context, validatedBody: unknown): Promise<IdempotencyKey | undefined> {
+  const key = c.req.header('Idempotency-Key');
+  if (key === undefined) return undefined;
+  if (!/^[\x21-\x7e]{1,255}$/.test(key)) {
+    throw new BadRequestError('Idempotency-Key must be 1 to 255 visible ASCII characters.');
+  }
+  const material = `${c.req.method} ${c.req.path}\n${JSON.stringify(validatedBody)}`;
+  const digest = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(material));
+  const fingerprint = Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, '0')).join('');
+  return { key, fingerprint };
+}
+
+/**
+ * Runs a command once per Idempotency-Key. Must be called inside the command's write transaction, so the key row
+ * commits with the command or not at all. A known key with the same fingerprint returns the stored response
+ * (`replayed: true`) without running `command`; with another fingerprint it throws IdempotencyConflictError.
+ * Only successful (2xx) responses are stored: a failed command leaves nothing to replay.
+ */
+export async function runIdempotent(
+  tx: Tx,
+  key: IdempotencyKey | undefined,
+  now: Date,
+  command: () => Promise<CommandResponse>,
+): Promise<CommandResponse & { replayed: boolean }> {
+  if (!key) return { ...(await command()), replayed: false };
+  const stored = (await tx.select().from(idempotencyKeys).where(eq(idempotencyKeys.key, key.key)).limit(1))[0];
+  if (stored) {
+    if (stored.fingerprint !== key.fingerprint) throw new IdempotencyConflictError();
+    return {
+      status: stored.statusCode,
+      body: JSON.parse(stored.responseBody),
+      ...(stored.location ? { location: stored.location } : {}),
+      replayed: true,
+    };
+  }
+  const res = await command();
+  if (res.status >= 200 && res.status < 300) {
+    await tx.insert(idempotencyKeys).values({
+      key: key.key,
+      fingerprint: key.fingerprint,
+      statusCode: res.status,
+      responseBody: JSON.stringify(res.body),
+      location: res.location ?? null,
+      createdAt: now.getTime(),
+    });
+  }
+  return { ...res, replayed: false };
+}
+
+/** Writes a CommandResponse, marking replays with `Idempotent-Replayed: true`. */
+export function sendCommandResponse(c: Context, res: CommandResponse & { replayed: boolean }): Response {
+  if (res.location) c.header('Location', res.location);
+  if (res.replayed) c.header('Idempotent-Replayed', 'true');
+  return c.json(res.body as object, res.status as 200);
+}

@@ -1,0 +1,39 @@
+import type { Tx } from '../db/open-database.ts';
+import { outbox } from '../db/schema.ts';
+import type { IntegrationEvent } from '../events/integration-event.ts';
+import type { EventRegistry } from '../events/registry.ts';
+
+/** Metadata carried to the broker as message headers (W3C trace context, correlation id). */
+export type OutboxHeaders = { traceparent?: string; correlationId?: string };
+
+/**
+ * Stores integration events as `pending` outbox rows. Must be called inside the command's write transaction
+ * (`tx`): it never commits, so the rows become visible together with the state change or not at all.
+ * Throws (and so aborts the transaction) for an unregistered type, a payload failing its schema, or an
+ * aggregate type/id that is not a subject-safe token.
+ */
+export async function appendToOutbox(
+  tx: Tx,
+  events: IntegrationEvent[],
+  ctx: { registry: EventRegistry; now: Date; headers?: OutboxHeaders },
+): Promise<void> {
+  if (events.length === 0) return;
+  const nowMs = ctx.now.getTime();
+  const headers = JSON.stringify(ctx.headers ?? {});
+  const rows = events.map((raw) => {
+    const event = ctx.registry.parse(raw);
+    return {
+      id: event.eventId,
+      aggregateType: event.aggregateType,
+      aggregateId: event.aggregateId,
+      messageType: event.type,
+      payload: JSON.stringify(event),
+      headers,
+      status: 'pending' as const,
+      attempts: 0,
+      occurredAt: Date.parse(event.occurredAt),
+      availableAt: nowMs,
+    };
+  });
+  await tx.insert(outbox).values(rows);
+}
