@@ -12,6 +12,8 @@ import { readOutboxStats } from './outbox/outbox-stats.ts';
 export const MAX_BODY_BYTES = 64 * 1024;
 
 export type AppOptions = {
+  /** Serve the command routes (the `api` role); false leaves only the operational endpoints. */
+  api?: boolean;
   /** Extra readiness facts (e.g. `{ nats: 'connected' }`); reported, they do not fail /ready. */
   readiness?: () => Record<string, string>;
   /** Mounts routes owned by other parts (metrics, admin, read models). */
@@ -32,7 +34,7 @@ export function createApp(deps: Deps, options: AppOptions = {}): Hono {
     }),
   );
 
-  app.route('/orders', createOrderRoutes(deps));
+  if (options.api !== false) app.route('/orders', createOrderRoutes(deps));
 
   app.get('/health', (c) => c.json({ status: 'ok' }));
 

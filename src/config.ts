@@ -54,6 +54,8 @@ export const ConfigSchema = z.object({
   RELAY_MAX_IN_FLIGHT: int(1, 10_000).default(256),
   RELAY_MAX_ATTEMPTS: int(1, 1000).default(5),
   RELAY_MAX_BACKOFF_MS: int(100, 3_600_000).default(30_000),
+  RELAY_BACKOFF_BASE_MS: int(10, 60_000).default(1000),
+  RELAY_PUBLISH_TIMEOUT_MS: int(100, 120_000).default(5000),
   ROLES: z
     .string()
     .transform((v) => v.split(',').map((r) => r.trim()).filter(Boolean))
@@ -66,6 +68,7 @@ export const ConfigSchema = z.object({
     .optional(),
   CONSUMER_DATABASE_URL_TEMPLATE: z.string().includes('{name}', { message: 'a libSQL URL containing {name}' }).default('file:./data/{name}.db'),
   INBOX_RETENTION_DAYS: int(1, 3650).default(30),
+  METRICS_PORT: int(0, 65535).optional(),
   ADMIN_TOKEN: z.string().min(16, 'at least 16 characters').optional(),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
   MIGRATE_ON_START: boolean.default(true),

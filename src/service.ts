@@ -8,33 +8,118 @@ import type { Deps } from './deps.ts';
 import { createAppRegistry } from './events/catalog.ts';
 import { createUuidV7 } from './ids.ts';
 import type { Logger } from './logger.ts';
+import { createMetrics, type Metrics } from './metrics/metrics.ts';
+import type { ConnectNats } from './nats/connect.ts';
+import { kickSubject, streamSettingsFrom } from './nats/stream-settings.ts';
+import { createKicker } from './outbox/kicker.ts';
+import { createOutboxMetrics, registerOutboxGauges } from './outbox/outbox-metrics.ts';
+import { createRelay, type Relay, type RelayRunOptions } from './outbox/relay.ts';
+import type { RelayFaults } from './outbox/relay-pass.ts';
+import { createOpsRoutes } from './ops/ops.routes.ts';
 import { createSignal } from './signal.ts';
+
+export type ServiceIo = {
+  client: Client;
+  log: Logger;
+  /** Opens a NATS connection with the runtime's transport; without it, relay and subscribers cannot run. */
+  connect?: ConnectNats;
+  clock?: () => Date;
+  relayFaults?: RelayFaults;
+  /** Bounds for the relay role (time limit, message count); unbounded by default. */
+  relayRun?: Omit<RelayRunOptions, 'signal'>;
+};
 
 export type Service = {
   deps: Deps;
-  /** The HTTP app, present when the `api` role runs. */
-  app?: Hono;
-  /** Stops the background roles and waits for queued writes. */
+  metrics: Metrics;
+  /** The HTTP app: command routes when the `api` role runs, and always /health, /ready and /metrics. */
+  app: Hono;
+  relay?: Relay;
+  /** Settles when a background role stops; rejects on a fatal error such as an unsafe stream configuration. */
+  background: Promise<void>;
+  /** Stops background roles after their work in flight and waits for queued writes. */
   stop(): Promise<void>;
 };
 
-/** Wires the service's parts for the roles in `config`; the caller owns the client and serves `app.fetch`. */
-export async function createService(config: Config, io: { client: Client; log: Logger; clock?: () => Date }): Promise<Service> {
+/** Wires the parts for the roles in `config`; the caller owns the client and serves `app.fetch`. */
+export async function createService(config: Config, io: ServiceIo): Promise<Service> {
   const db = createDatabase(io.client);
+  const clock = io.clock ?? (() => new Date());
+  const metrics = createMetrics();
+  const outboxMetrics = createOutboxMetrics(metrics);
+  registerOutboxGauges(metrics, db, clock);
+  const relayWake = createSignal();
+  const roles = new Set(config.ROLES);
+  const stream = streamSettingsFrom(config);
+
+  const kicker =
+    roles.has('api') && !roles.has('relay') && io.connect
+      ? createKicker({ connect: io.connect, subject: kickSubject(stream.name), log: io.log, maxBackoffMs: config.RELAY_MAX_BACKOFF_MS })
+      : undefined;
+
   const deps: Deps = {
     db,
     writer: createWriter(db),
     registry: createAppRegistry(),
-    clock: io.clock ?? (() => new Date()),
+    clock,
     newId: createUuidV7(),
     log: io.log,
-    outboxCommitted: createSignal(),
+    outboxCommitted: {
+      notify() {
+        relayWake.notify();
+        kicker?.kick();
+      },
+      wait: (ms, abort) => relayWake.wait(ms, abort),
+    },
   };
-  const app = config.ROLES.includes('api') ? createApp(deps) : undefined;
+
+  const stop = new AbortController();
+  const background: Promise<void>[] = [];
+  let relay: Relay | undefined;
+  if (roles.has('relay')) {
+    if (!io.connect) throw new Error('the relay role needs a NATS transport');
+    relay = createRelay({
+      db,
+      writer: deps.writer,
+      registry: deps.registry,
+      clock,
+      log: io.log,
+      metrics: outboxMetrics,
+      connect: io.connect,
+      stream,
+      wake: relayWake,
+      pollMs: config.RELAY_POLL_MS,
+      settings: {
+        prefix: stream.prefix,
+        batch: config.RELAY_BATCH,
+        maxInFlight: config.RELAY_MAX_IN_FLIGHT,
+        maxAttempts: config.RELAY_MAX_ATTEMPTS,
+        maxMsgSize: stream.maxMsgSize,
+        backoffBaseMs: config.RELAY_BACKOFF_BASE_MS,
+        maxBackoffMs: config.RELAY_MAX_BACKOFF_MS,
+        publishTimeoutMs: config.RELAY_PUBLISH_TIMEOUT_MS,
+      },
+      ...(io.relayFaults ? { faults: io.relayFaults } : {}),
+    });
+    background.push(relay.run({ ...io.relayRun, signal: stop.signal }).then(() => undefined));
+  }
+
+  const app = createApp(deps, {
+    api: roles.has('api'),
+    readiness: () => ({ nats: relay ? relay.state() : 'not used by this process' }),
+    extend: (a) => a.route('/', createOpsRoutes({ db, clock, metrics, adminToken: config.ADMIN_TOKEN, outboxCommitted: deps.outboxCommitted, writer: deps.writer })),
+  });
+
   return {
     deps,
-    ...(app ? { app } : {}),
+    metrics,
+    app,
+    ...(relay ? { relay } : {}),
+    background: Promise.all(background).then(() => undefined),
     async stop() {
+      stop.abort();
+      await Promise.allSettled(background);
+      await kicker?.close();
       await deps.writer.idle();
     },
   };

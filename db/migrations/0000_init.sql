@@ -49,4 +49,5 @@ CREATE TABLE `outbox` (
 );
 --> statement-breakpoint
 CREATE UNIQUE INDEX `outbox_id_unique` ON `outbox` (`id`);--> statement-breakpoint
-CREATE INDEX `idx_outbox_status_seq` ON `outbox` (`status`,`seq`);
+CREATE INDEX `idx_outbox_status_seq` ON `outbox` (`status`,`seq`);--> statement-breakpoint
+CREATE INDEX `idx_outbox_retrying` ON `outbox` (`aggregate_type`,`aggregate_id`,`seq`) WHERE "outbox"."attempts" > 0 AND "outbox"."status" != 'sent';

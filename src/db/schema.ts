@@ -56,6 +56,11 @@ export const outbox = sqliteTable(
   },
   (t) => [
     index('idx_outbox_status_seq').on(t.status, t.seq),
+    // Rows that failed at least once and are not sent: tiny, and read each pass to hold back later rows of
+    // their aggregate, so per-aggregate order survives retries and parked rows.
+    index('idx_outbox_retrying')
+      .on(t.aggregateType, t.aggregateId, t.seq)
+      .where(sql`${t.attempts} > 0 AND ${t.status} != 'sent'`),
     check('outbox_status_check', sql`${t.status} IN ('pending','sent','failed')`),
   ],
 );

@@ -43,7 +43,9 @@ export function createWriter(db: Database, options: { maxGroup?: number } = {}):
         }
       });
     } catch (error) {
-      const wrapped = isBusyError(error) ? new DatabaseBusyError(error) : error;
+      const busy = isBusyError(error);
+      if (busy) dropPoisonedConnections(db);
+      const wrapped = busy ? new DatabaseBusyError(error) : error;
       group.forEach((job, i) => {
         const own = outcomes[i];
         job.reject(own && !own.ok ? own.error : wrapped);
@@ -73,4 +75,18 @@ export function createWriter(db: Database, options: { maxGroup?: number } = {}):
       while (draining) await draining;
     },
   };
+}
+
+/**
+ * @libsql/client 0.18 leaves a statement that failed with SQLITE_BUSY (here: the BEGIN IMMEDIATE that waited out the
+ * busy timeout) un-reset on its pooled connection. Until GC finalizes it, every COMMIT on that connection fails with
+ * "cannot commit transaction - SQL statements in progress", and an autocommit write on it silently stays uncommitted
+ * while holding the write lock. Reopening the pool closes that connection; the next write gets a fresh one.
+ */
+function dropPoisonedConnections(db: Database): void {
+  try {
+    db.$client.reconnect();
+  } catch {
+    // A client that cannot reconnect (closed, remote) has no pooled connection to drop.
+  }
 }

@@ -1,20 +1,24 @@
-// Shared start-up for the Node, Bun and Deno entries: env, local database, migrations, signals.
+// Shared start-up for the Node, Bun and Deno entries: env, local database, migrations, NATS, signals.
 import { createClient, type Client } from '@libsql/client';
-import { fileURLToPath } from 'node:url';
-import { mkdirSync } from 'node:fs';
+import { connect } from '@nats-io/transport-node';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { ConfigError, parseConfig, type Config } from '../config.ts';
 import { migrateDatabase } from '../db/migrate.ts';
 import { prepareLocalDatabase } from '../db/open-database.ts';
 import { createLogger, type Logger } from '../logger.ts';
+import { natsConnectionOptions, type ConnectNats } from '../nats/connect.ts';
+import type { RelayRunOptions } from '../outbox/relay.ts';
 import { createService, type Service } from '../service.ts';
+import { relayFaultsFromEnv } from './test-faults.ts';
 
 export const MIGRATIONS_FOLDER = fileURLToPath(new URL('../../db/migrations', import.meta.url));
 
-/** Parses process.env; on a bad value prints one line naming the variable and exits with code 2. */
-export function loadConfigOrExit(env: Record<string, string | undefined> = process.env): Config {
+/** Parses process.env (with overrides); on a bad value prints one line naming the variable and exits with code 2. */
+export function loadConfigOrExit(overrides: Record<string, string> = {}): Config {
   try {
-    return parseConfig(env);
+    return parseConfig({ ...process.env, ...overrides });
   } catch (error) {
     if (error instanceof ConfigError) {
       console.error(error.message);
@@ -39,33 +43,63 @@ export async function openClient(url: string, config: Config): Promise<Client> {
   return client;
 }
 
+/** A NATS connector for Node-compatible runtimes, with credentials and TLS files read here. */
+export function natsConnector(config: Config, name: string): ConnectNats {
+  const read = (path: string | undefined) => (path ? readFileSync(path, 'utf8') : undefined);
+  const tls = config.NATS_TLS_CA || config.NATS_TLS_CERT || config.NATS_TLS_KEY;
+  const options = natsConnectionOptions({
+    servers: config.NATS_URL.split(','),
+    name,
+    ...(config.NATS_TOKEN ? { token: config.NATS_TOKEN } : {}),
+    ...(config.NATS_USER ? { user: config.NATS_USER, pass: config.NATS_PASSWORD ?? '' } : {}),
+    ...(config.NATS_CREDS ? { creds: readFileSync(config.NATS_CREDS) } : {}),
+    ...(tls ? { tls: { ca: read(config.NATS_TLS_CA), cert: read(config.NATS_TLS_CERT), key: read(config.NATS_TLS_KEY) } } : {}),
+  });
+  return () => connect(options);
+}
+
 export type Started = { config: Config; log: Logger; service: Service; client: Client };
 
+/** The port this process serves HTTP on: PORT with the api role, else METRICS_PORT (operational endpoints only) if set. */
+export function httpPort(config: Config): number | undefined {
+  return config.ROLES.includes('api') ? config.PORT : config.METRICS_PORT;
+}
+
 /** Loads config, opens and migrates the database, and wires the service for the configured roles. */
-export async function boot(): Promise<Started> {
-  const config = loadConfigOrExit();
+export async function boot(options: { env?: Record<string, string>; relayRun?: RelayRunOptions } = {}): Promise<Started> {
+  const config = loadConfigOrExit(options.env);
   const log = createLogger(config.LOG_LEVEL);
   const client = await openClient(config.DATABASE_URL, config);
   if (config.MIGRATE_ON_START) {
     const applied = await migrateDatabase(client, MIGRATIONS_FOLDER);
     if (applied > 0) log.info('migrations applied', { applied });
   }
-  const service = await createService(config, { client, log });
+  const faults = relayFaultsFromEnv(process.env);
+  const service = await createService(config, {
+    client,
+    log,
+    connect: natsConnector(config, `hono-outbox ${config.ROLES.join('+')}`),
+    ...(faults ? { relayFaults: faults } : {}),
+    ...(options.relayRun ? { relayRun: options.relayRun } : {}),
+  });
   return { config, log, service, client };
 }
 
-/** Stops the service on SIGTERM/SIGINT: closes the server, drains background work, exits 0. */
+/**
+ * Stops the service on SIGTERM/SIGINT or when its background roles end: closes the server, lets the relay
+ * finish its pass, drains queued writes and exits 0. A fatal background error exits 1 with its message.
+ */
 export function stopOnSignals(started: Started, closeServer: () => Promise<void> | void): void {
   let stopping = false;
-  const stop = async (signal: string) => {
+  const stop = async (reason: string, code = 0) => {
     if (stopping) return;
     stopping = true;
-    started.log.info('stopping', { signal });
+    started.log.info('stopping', { reason });
     try {
       await closeServer();
       await started.service.stop();
       started.client.close();
-      process.exit(0);
+      process.exit(code);
     } catch (error) {
       started.log.error('stop failed', { error: String(error) });
       process.exit(1);
@@ -73,4 +107,13 @@ export function stopOnSignals(started: Started, closeServer: () => Promise<void>
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
+  started.service.background.then(
+    () => {
+      if (!started.config.ROLES.includes('api')) void stop('background work finished');
+    },
+    (error: unknown) => {
+      console.error(error instanceof Error ? error.message : String(error));
+      void stop('fatal error', 1);
+    },
+  );
 }

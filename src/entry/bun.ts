@@ -1,5 +1,5 @@
-// Bun entry: serves the app with Bun.serve.
-import { boot, stopOnSignals } from './boot.ts';
+// Bun entry: serves the app with Bun.serve and runs the roles in ROLES.
+import { boot, httpPort, stopOnSignals } from './boot.ts';
 
 declare const Bun: {
   serve(options: { fetch: (req: Request) => Response | Promise<Response>; port: number; hostname: string }): {
@@ -9,10 +9,10 @@ declare const Bun: {
 };
 
 const started = await boot();
-const { app } = started.service;
-if (app) {
-  const server = Bun.serve({ fetch: app.fetch, port: started.config.PORT, hostname: started.config.HOST });
-  started.log.info('listening', { runtime: 'bun', port: server.port });
+const port = httpPort(started.config);
+if (port !== undefined) {
+  const server = Bun.serve({ fetch: started.service.app.fetch, port, hostname: started.config.HOST });
+  started.log.info('listening', { runtime: 'bun', port: server.port, roles: started.config.ROLES });
   stopOnSignals(started, () => server.stop());
 } else {
   stopOnSignals(started, () => undefined);

@@ -1,5 +1,5 @@
-// Deno entry: serves the app with Deno.serve.
-import { boot, stopOnSignals } from './boot.ts';
+// Deno entry: serves the app with Deno.serve and runs the roles in ROLES.
+import { boot, httpPort, stopOnSignals } from './boot.ts';
 
 declare const Deno: {
   serve(
@@ -9,15 +9,15 @@ declare const Deno: {
 };
 
 const started = await boot();
-const { app } = started.service;
-if (app) {
+const port = httpPort(started.config);
+if (port !== undefined) {
   const server = Deno.serve(
     {
-      port: started.config.PORT,
+      port,
       hostname: started.config.HOST,
-      onListen: (addr) => started.log.info('listening', { runtime: 'deno', port: addr.port }),
+      onListen: (addr) => started.log.info('listening', { runtime: 'deno', port: addr.port, roles: started.config.ROLES }),
     },
-    app.fetch,
+    started.service.app.fetch,
   );
   stopOnSignals(started, () => server.shutdown());
 } else {

@@ -1,0 +1,36 @@
+import type { Config } from '../config.ts';
+
+/** What the relay and the consumers agree on about the stream (DESIGN.md §4). */
+export type StreamSettings = {
+  name: string;
+  prefix: string;
+  maxBytes: number;
+  maxAgeMs: number;
+  duplicateWindowMs: number;
+  maxMsgSize: number;
+  /** The relay's maximum back-off; the duplicate window must cover ten of them. */
+  maxBackoffMs: number;
+};
+
+export const MAX_MSG_SIZE = 256 * 1024;
+export const MAX_AGE_MS = 7 * 24 * 3600 * 1000;
+
+/** Derives stream settings from the parsed config. */
+export function streamSettingsFrom(config: Config): StreamSettings {
+  return {
+    name: config.NATS_STREAM,
+    prefix: config.EVENTS_SUBJECT_PREFIX,
+    maxBytes: config.STREAM_MAX_BYTES,
+    maxAgeMs: MAX_AGE_MS,
+    duplicateWindowMs: config.STREAM_DUPLICATE_WINDOW_MS,
+    maxMsgSize: MAX_MSG_SIZE,
+    maxBackoffMs: config.RELAY_MAX_BACKOFF_MS,
+  };
+}
+
+/** Subject of an event: `<prefix>.<aggregate_type>.<aggregate_id>`. */
+export const eventSubject = (prefix: string, aggregateType: string, aggregateId: string) =>
+  `${prefix}.${aggregateType}.${aggregateId}`;
+
+/** Core-NATS subject that wakes relays of `stream` in other processes; outside the stream's subjects. */
+export const kickSubject = (stream: string) => `_OUTBOX.kick.${stream}`;

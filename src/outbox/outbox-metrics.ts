@@ -1,0 +1,37 @@
+import type { Database } from '../db/open-database.ts';
+import type { Counter, Histogram, Metrics } from '../metrics/metrics.ts';
+import { readOutboxStats } from './outbox-stats.ts';
+
+export type OutboxMetrics = {
+  published: Counter;
+  duplicates: Counter;
+  publishErrors: Counter;
+  lag: Histogram;
+};
+
+const LAG_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
+
+/** Registers the relay's counters and histogram (DESIGN.md §7 names). */
+export function createOutboxMetrics(metrics: Metrics): OutboxMetrics {
+  return {
+    published: metrics.counter('outbox_published_total', 'Outbox rows acknowledged by JetStream as newly stored.'),
+    duplicates: metrics.counter('outbox_duplicates_total', 'Outbox rows acknowledged by JetStream as duplicates (already stored).'),
+    publishErrors: metrics.counter('outbox_publish_errors_total', 'Relay passes ended by an unavailable broker, plus per-message publish failures.'),
+    lag: metrics.histogram('outbox_lag_seconds', 'Time from an event occurring to its PubAck.', LAG_BUCKETS),
+  };
+}
+
+/** Registers the gauges read from the outbox table at scrape time. */
+export function registerOutboxGauges(metrics: Metrics, db: Database, clock: () => Date): void {
+  let cached: { at: number; stats: Promise<Awaited<ReturnType<typeof readOutboxStats>>> } | undefined;
+  const stats = () => {
+    const now = Date.now();
+    if (!cached || now - cached.at > 250) cached = { at: now, stats: readOutboxStats(db, clock()) };
+    return cached.stats;
+  };
+  metrics.gauge('outbox_pending_count', 'Outbox rows waiting to be published.', async () => [{ value: (await stats()).pending }]);
+  metrics.gauge('outbox_pending_seconds', 'Age of the oldest pending outbox row.', async () => [
+    { value: (await stats()).oldestPendingAgeMs / 1000 },
+  ]);
+  metrics.gauge('outbox_failed_count', 'Outbox rows parked as failed (dead letters).', async () => [{ value: (await stats()).failed }]);
+}

@@ -1,0 +1,172 @@
+import { headers as natsHeaders } from '@nats-io/nats-core';
+import type { JetStreamClient, PubAck } from '@nats-io/jetstream';
+import type { Database } from '../db/open-database.ts';
+import type { Writer } from '../db/writer.ts';
+import type { EventRegistry } from '../events/registry.ts';
+import { eventSubject } from '../nats/stream-settings.ts';
+import { backoffDelay } from './backoff.ts';
+import type { OutboxMetrics } from './outbox-metrics.ts';
+import { isBrokerUnavailable } from './publish-errors.ts';
+import { aggregateKey, fetchPending, markSent, recordFailure, type PendingRow } from './relay-store.ts';
+
+export type RelayPassSettings = {
+  prefix: string;
+  batch: number;
+  maxInFlight: number;
+  maxAttempts: number;
+  maxMsgSize: number;
+  backoffBaseMs: number;
+  maxBackoffMs: number;
+  publishTimeoutMs: number;
+};
+
+/** Test-only fault injection at the relay's dangerous points. */
+export type RelayFaults = {
+  /** Returning an error makes that publish fail as if the broker had answered with it. */
+  beforePublish?(row: PendingRow): Error | undefined;
+  /** Runs after the PubAcks of a pass and before they are marked sent; throwing simulates a crash there. */
+  afterPubAcks?(acked: PendingRow[]): void | Promise<void>;
+};
+
+export type RelayPassDeps = {
+  db: Database;
+  writer: Writer;
+  registry: EventRegistry;
+  clock: () => Date;
+  metrics: OutboxMetrics;
+  settings: RelayPassSettings;
+  random?: () => number;
+  faults?: RelayFaults;
+};
+
+export type RelayPassResult = {
+  fetched: number;
+  published: number;
+  duplicates: number;
+  failed: number;
+  parked: number;
+  /** Set when the broker was unavailable: the pass stopped early and the worker should back off. */
+  brokerError?: unknown;
+};
+
+type Prepared = { subject: string; data: Uint8Array; headers: ReturnType<typeof natsHeaders> };
+
+const encoder = new TextEncoder();
+
+/** Builds subject, body and headers of a row, or throws the permanent error that keeps it from being published. */
+function prepare(row: PendingRow, registry: EventRegistry, s: RelayPassSettings): Prepared {
+  const event = registry.parse(JSON.parse(row.payload));
+  if (event.type !== row.message_type || event.aggregateType !== row.aggregate_type || event.aggregateId !== row.aggregate_id || event.eventId !== row.id) {
+    throw new Error('outbox row columns do not match its payload');
+  }
+  const data = encoder.encode(row.payload);
+  const h = natsHeaders();
+  h.set('Event-Type', row.message_type);
+  h.set('Aggregate-Type', row.aggregate_type);
+  h.set('Aggregate-Id', row.aggregate_id);
+  h.set('Aggregate-Version', String(event.aggregateVersion));
+  h.set('Occurred-At', event.occurredAt);
+  h.set('Content-Type', 'application/json');
+  const extra = JSON.parse(row.headers || '{}') as { traceparent?: unknown; correlationId?: unknown };
+  if (typeof extra.traceparent === 'string') h.set('traceparent', extra.traceparent);
+  if (typeof extra.correlationId === 'string') h.set('Correlation-Id', extra.correlationId);
+  const headerBytes = 512 + row.id.length;
+  if (data.length + headerBytes > s.maxMsgSize) {
+    throw new Error(`message of ${data.length} bytes exceeds the stream's maximum message size (${s.maxMsgSize} bytes)`);
+  }
+  return { subject: eventSubject(s.prefix, row.aggregate_type, row.aggregate_id), data, headers: h };
+}
+
+/**
+ * One relay pass: fetch due rows in seq order, publish them pipelined (at most maxInFlight awaiting a PubAck,
+ * at most one per aggregate)
+ * with Nats-Msg-Id = row id, then in one write transaction mark the acknowledged rows sent and record
+ * permanent failures. Once a row of an aggregate fails, later rows of that aggregate wait (this pass and
+ * later ones, while the failed row waits or is parked). A broker outage ends the pass without touching attempts.
+ */
+export async function relayPass(deps: RelayPassDeps, js: JetStreamClient): Promise<RelayPassResult> {
+  const s = deps.settings;
+  const nowMs = deps.clock().getTime();
+  const rows = await fetchPending(deps.db, nowMs, s.batch);
+  const result: RelayPassResult = { fetched: rows.length, published: 0, duplicates: 0, failed: 0, parked: 0 };
+  if (rows.length === 0) return result;
+
+  const acked: Array<{ row: PendingRow; ack: PubAck; at: number }> = [];
+  const failures: Array<{ row: PendingRow; error: string }> = [];
+  const blocked = new Set<string>();
+  const inFlight = new Set<Promise<void>>();
+  let brokerError: unknown;
+
+  const fail = (row: PendingRow, key: string, error: unknown) => {
+    blocked.add(key);
+    failures.push({ row, error: error instanceof Error ? error.message : String(error) });
+  };
+
+  // At most one message per aggregate awaits its PubAck: a later event of an aggregate is sent only after the
+  // earlier one is acknowledged, so a rejection can never let it overtake. Rows are still sent in seq order.
+  const pendingByAggregate = new Map<string, Promise<void>>();
+
+  for (const row of rows) {
+    while (inFlight.size >= s.maxInFlight && brokerError === undefined) await Promise.race(inFlight);
+    const key = aggregateKey(row.aggregate_type, row.aggregate_id);
+    const previous = pendingByAggregate.get(key);
+    if (previous) await previous;
+    if (brokerError !== undefined) break;
+    if (blocked.has(key)) continue;
+    let prepared: Prepared;
+    try {
+      prepared = prepare(row, deps.registry, s);
+    } catch (error) {
+      fail(row, key, error);
+      continue;
+    }
+    const injected = deps.faults?.beforePublish?.(row);
+    const publish = injected
+      ? Promise.reject(injected)
+      : js.publish(prepared.subject, prepared.data, { msgID: row.id, headers: prepared.headers, timeout: s.publishTimeoutMs });
+    const p: Promise<void> = publish
+      .then(
+        (ack) => void acked.push({ row, ack, at: deps.clock().getTime() }),
+        (error) => {
+          if (isBrokerUnavailable(error)) brokerError ??= error;
+          else fail(row, key, error);
+        },
+      )
+      .finally(() => {
+        inFlight.delete(p);
+        if (pendingByAggregate.get(key) === p) pendingByAggregate.delete(key);
+      });
+    inFlight.add(p);
+    pendingByAggregate.set(key, p);
+  }
+  await Promise.all(inFlight);
+
+  if (acked.length > 0) await deps.faults?.afterPubAcks?.(acked.map((a) => a.row));
+
+  const doneMs = deps.clock().getTime();
+  if (acked.length > 0 || failures.length > 0) {
+    await deps.writer.write(async (tx) => {
+      await markSent(tx, acked.map((a) => a.row.seq), doneMs);
+      for (const f of failures) {
+        const retryAt = doneMs + backoffDelay(f.row.attempts + 1, { baseMs: s.backoffBaseMs, maxMs: s.maxBackoffMs, random: deps.random });
+        const status = await recordFailure(tx, f.row, f.error, retryAt, s.maxAttempts);
+        if (status === 'failed') result.parked++;
+      }
+    });
+  }
+
+  for (const a of acked) {
+    if (a.ack.duplicate) result.duplicates++;
+    else result.published++;
+    deps.metrics.lag.observe(Math.max(0, a.at - a.row.occurred_at) / 1000);
+  }
+  deps.metrics.published.inc(undefined, result.published);
+  deps.metrics.duplicates.inc(undefined, result.duplicates);
+  result.failed = failures.length;
+  if (failures.length > 0) deps.metrics.publishErrors.inc(undefined, failures.length);
+  if (brokerError !== undefined) {
+    result.brokerError = brokerError;
+    deps.metrics.publishErrors.inc();
+  }
+  return result;
+}

@@ -1,0 +1,65 @@
+import { sql } from 'drizzle-orm';
+import type { Database, Tx } from '../db/open-database.ts';
+
+export type PendingRow = {
+  seq: number;
+  id: string;
+  aggregate_type: string;
+  aggregate_id: string;
+  message_type: string;
+  payload: string;
+  headers: string;
+  attempts: number;
+  occurred_at: number;
+};
+
+/**
+ * The relay's fetch: pending rows due now, in commit (seq) order, leaving out rows that have an earlier row
+ * of their aggregate parked (`failed`) or waiting out a retry delay, so per-aggregate order survives retries.
+ * The outer scan uses idx_outbox_status_seq; the hold check probes the tiny partial index idx_outbox_retrying.
+ */
+export const FETCH_PENDING_SQL = `SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.message_type, o.payload, o.headers, o.attempts, o.occurred_at
+FROM outbox o
+WHERE o.status = 'pending' AND o.available_at <= ?1
+  AND NOT EXISTS (
+    SELECT 1 FROM outbox h
+    WHERE h.attempts > 0 AND h.status != 'sent'
+      AND h.aggregate_type = o.aggregate_type AND h.aggregate_id = o.aggregate_id AND h.seq < o.seq
+      AND (h.status = 'failed' OR h.available_at > ?1))
+ORDER BY o.seq
+LIMIT ?2`;
+
+/** Reads up to `limit` pending rows that may be published now. */
+export async function fetchPending(db: Database, nowMs: number, limit: number): Promise<PendingRow[]> {
+  const res = await db.$client.execute({ sql: FETCH_PENDING_SQL, args: [nowMs, limit] });
+  return res.rows as unknown as PendingRow[];
+}
+
+export const aggregateKey = (type: string, id: string) => `${type}\u0000${id}`;
+
+/** Marks acknowledged rows sent in one statement. Must be called inside a write transaction. */
+export async function markSent(tx: Tx, seqs: number[], nowMs: number): Promise<number> {
+  if (seqs.length === 0) return 0;
+  const res = await tx.run(
+    sql`UPDATE outbox SET status = 'sent', sent_at = ${nowMs} WHERE status = 'pending' AND seq IN (SELECT value FROM json_each(${JSON.stringify(seqs)}))`,
+  );
+  return res.rowsAffected;
+}
+
+/**
+ * Records a permanent publish failure: attempts + 1, last_error, the next try after `retryAtMs`, and status
+ * `failed` once attempts reach `maxAttempts`. Must be called inside a write transaction. Returns the new status.
+ */
+export async function recordFailure(
+  tx: Tx,
+  row: { seq: number; attempts: number },
+  error: string,
+  retryAtMs: number,
+  maxAttempts: number,
+): Promise<'pending' | 'failed'> {
+  const status = row.attempts + 1 >= maxAttempts ? 'failed' : 'pending';
+  await tx.run(
+    sql`UPDATE outbox SET attempts = attempts + 1, last_error = ${error.slice(0, 2000)}, available_at = ${retryAtMs}, status = ${status} WHERE seq = ${row.seq} AND status = 'pending'`,
+  );
+  return status;
+}

@@ -1,0 +1,127 @@
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import type { NatsConnection, Subscription } from '@nats-io/nats-core';
+import type { Logger } from '../logger.ts';
+import type { ConnectNats } from '../nats/connect.ts';
+import { ensureStream, UnsafeStreamConfigError } from '../nats/ensure-stream.ts';
+import { kickSubject, type StreamSettings } from '../nats/stream-settings.ts';
+import type { Signal } from '../signal.ts';
+import { backoffDelay } from './backoff.ts';
+import { relayPass, type RelayPassDeps } from './relay-pass.ts';
+
+export type RelayDeps = RelayPassDeps & {
+  log: Logger;
+  connect: ConnectNats;
+  stream: StreamSettings;
+  /** Notified by in-process commits and by kicks from other processes. */
+  wake: Signal;
+  pollMs: number;
+};
+
+export type RelayRunOptions = {
+  /** Stops after the pass in flight when aborted (SIGTERM/SIGINT). */
+  signal?: AbortSignal;
+  timeLimitMs?: number;
+  /** Stops once at least this many rows were acknowledged. */
+  maxMessages?: number;
+  /** Stops after the first pass that finds nothing to do (bounded runs, e.g. a cron tick). */
+  untilIdle?: boolean;
+};
+
+export type RelayRunSummary = { passes: number; published: number; duplicates: number; failed: number; parked: number; brokerErrors: number };
+
+export type BrokerState = 'connecting' | 'connected' | 'unavailable';
+
+/** A relay worker; `run` loops until stopped and resolves with what it did. */
+export type Relay = { run(options?: RelayRunOptions): Promise<RelayRunSummary>; state(): BrokerState };
+
+/**
+ * Creates the relay loop: connect (retrying with back-off), ensure the stream, then pass after pass. It sleeps
+ * until woken or for pollMs when idle, and backs off the whole worker 1 s, 2 s, 4 s … max (jittered) while the
+ * broker is unavailable. An unsafe stream configuration is fatal: `run` rejects with UnsafeStreamConfigError.
+ */
+export function createRelay(deps: RelayDeps): Relay {
+  let brokerState: BrokerState = 'connecting';
+
+  return {
+    state: () => brokerState,
+    async run(options = {}) {
+      const summary: RelayRunSummary = { passes: 0, published: 0, duplicates: 0, failed: 0, parked: 0, brokerErrors: 0 };
+      const stop = new AbortController();
+      const timers: Array<ReturnType<typeof setTimeout>> = [];
+      const onAbort = () => stop.abort();
+      options.signal?.addEventListener('abort', onAbort, { once: true });
+      if (options.signal?.aborted) stop.abort();
+      if (options.timeLimitMs !== undefined) timers.push(setTimeout(onAbort, options.timeLimitMs));
+
+      let nc: NatsConnection | undefined;
+      let kicks: Subscription | undefined;
+      let outage = 0;
+      const sleep = (ms: number) =>
+        new Promise<void>((resolve) => {
+          const t = setTimeout(done, ms);
+          function done() {
+            clearTimeout(t);
+            stop.signal.removeEventListener('abort', done);
+            resolve();
+          }
+          stop.signal.addEventListener('abort', done, { once: true });
+        });
+      const setState = (next: BrokerState, error?: unknown) => {
+        if (next === brokerState) return;
+        brokerState = next;
+        if (next === 'unavailable') deps.log.warn('relay: broker unavailable, backing off', { error: String(error) });
+        else if (next === 'connected') deps.log.info('relay: broker available, publishing');
+      };
+
+      try {
+        while (!stop.signal.aborted) {
+          try {
+            if (!nc || nc.isClosed()) {
+              nc = await deps.connect();
+              await ensureStream(await jetstreamManager(nc), deps.stream);
+              kicks = nc.subscribe(kickSubject(deps.stream.name), { callback: () => deps.wake.notify() });
+            }
+          } catch (error) {
+            if (error instanceof UnsafeStreamConfigError) throw error;
+            await nc?.close().catch(() => undefined);
+            nc = undefined;
+            outage++;
+            summary.brokerErrors++;
+            deps.metrics.publishErrors.inc();
+            setState('unavailable', error);
+            await sleep(backoffDelay(outage, { baseMs: deps.settings.backoffBaseMs, maxMs: deps.settings.maxBackoffMs, random: deps.random }));
+            continue;
+          }
+
+          const pass = await relayPass(deps, jetstream(nc, { timeout: deps.settings.publishTimeoutMs }));
+          summary.passes++;
+          summary.published += pass.published;
+          summary.duplicates += pass.duplicates;
+          summary.failed += pass.failed;
+          summary.parked += pass.parked;
+
+          if (pass.brokerError !== undefined) {
+            outage++;
+            summary.brokerErrors++;
+            setState('unavailable', pass.brokerError);
+            await sleep(backoffDelay(outage, { baseMs: deps.settings.backoffBaseMs, maxMs: deps.settings.maxBackoffMs, random: deps.random }));
+            continue;
+          }
+          outage = 0;
+          setState('connected');
+          if (options.maxMessages !== undefined && summary.published + summary.duplicates >= options.maxMessages) break;
+          if (pass.fetched < deps.settings.batch) {
+            if (options.untilIdle) break;
+            await deps.wake.wait(deps.pollMs, stop.signal);
+          }
+        }
+      } finally {
+        timers.forEach(clearTimeout);
+        options.signal?.removeEventListener('abort', onAbort);
+        kicks?.unsubscribe();
+        await nc?.close().catch(() => undefined);
+      }
+      return summary;
+    },
+  };
+}

@@ -1,0 +1,108 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer, connect as tcpConnect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export const NATS_SERVER_BIN = ['/usr/sbin/nats-server', '/usr/bin/nats-server', '/usr/local/bin/nats-server'].find(existsSync) ?? 'nats-server';
+
+/** A port nobody listens on right now. */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const port = (srv.address() as { port: number }).port;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+async function waitForInfo(port: number, deadlineMs: number): Promise<void> {
+  const until = Date.now() + deadlineMs;
+  for (;;) {
+    const ok = await new Promise<boolean>((resolve) => {
+      const sock = tcpConnect(port, '127.0.0.1');
+      sock.setTimeout(500);
+      sock.once('data', (d) => {
+        sock.destroy();
+        resolve(d.toString().startsWith('INFO'));
+      });
+      sock.once('error', () => resolve(false));
+      sock.once('timeout', () => {
+        sock.destroy();
+        resolve(false);
+      });
+    });
+    if (ok) return;
+    if (Date.now() > until) throw new Error(`nats-server on port ${port} did not come up`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+export type NatsServer = {
+  url: string;
+  port: number;
+  wsPort?: number;
+  storeDir: string;
+  /** Graceful stop (SIGTERM) and wait for exit. */
+  stop(): Promise<void>;
+  /** SIGKILL and wait for exit. */
+  kill(): Promise<void>;
+  /** Starts again on the same port and store dir (after stop or kill). */
+  restart(): Promise<void>;
+  pause(): void;
+  resume(): void;
+  [Symbol.asyncDispose](): Promise<void>;
+};
+
+/** Starts a private `nats-server -js` on a free port with a temp store dir; dispose stops it and removes the dir. */
+export async function startNats(options: { websocket?: boolean } = {}): Promise<NatsServer> {
+  const port = await freePort();
+  const wsPort = options.websocket ? await freePort() : undefined;
+  const storeDir = mkdtempSync(join(tmpdir(), 'nats-store-'));
+  let proc: ChildProcess | undefined;
+  let configFile: string | undefined;
+  if (wsPort) {
+    const { writeFileSync } = await import('node:fs');
+    configFile = join(storeDir, 'server.conf');
+    writeFileSync(configFile, `websocket { listen: "127.0.0.1:${wsPort}"\n no_tls: true }\n`);
+  }
+
+  const launch = async () => {
+    const args = ['-js', '-a', '127.0.0.1', '-p', String(port), '-sd', storeDir, ...(configFile ? ['-c', configFile] : [])];
+    proc = spawn(NATS_SERVER_BIN, args, { stdio: 'ignore' });
+    await waitForInfo(port, 15_000);
+  };
+  const waitExit = (p: ChildProcess) =>
+    p.exitCode !== null || p.signalCode !== null ? Promise.resolve() : new Promise<void>((r) => p.once('exit', () => r()));
+  const end = async (signal: NodeJS.Signals) => {
+    const p = proc;
+    if (!p) return;
+    proc = undefined;
+    p.kill('SIGCONT');
+    p.kill(signal);
+    await waitExit(p);
+  };
+
+  await launch();
+  const server: NatsServer = {
+    url: `nats://127.0.0.1:${port}`,
+    port,
+    ...(wsPort ? { wsPort } : {}),
+    storeDir,
+    stop: () => end('SIGTERM'),
+    kill: () => end('SIGKILL'),
+    restart: async () => {
+      await end('SIGKILL');
+      await launch();
+    },
+    pause: () => void proc?.kill('SIGSTOP'),
+    resume: () => void proc?.kill('SIGCONT'),
+    async [Symbol.asyncDispose]() {
+      await end('SIGKILL');
+      rmSync(storeDir, { recursive: true, force: true });
+    },
+  };
+  return server;
+}
