@@ -4,13 +4,14 @@ type Labels = Record<string, string>;
 
 export type Counter = { inc(labels?: Labels, by?: number): void; get(labels?: Labels): number };
 export type Histogram = { observe(value: number): void; count(): number };
-export type GaugeReader = () => Promise<Array<{ labels?: Labels; value: number }>>;
+export type Gauge = { set(value: number, labels?: Labels): void };
 
 export type Metrics = {
   counter(name: string, help: string): Counter;
   histogram(name: string, help: string, buckets: number[]): Histogram;
-  /** Registers a gauge computed when /metrics is scraped (e.g. from the database). */
-  gauge(name: string, help: string, read: GaugeReader): void;
+  gauge(name: string, help: string): Gauge;
+  /** Registers work run before each render, e.g. reading gauges from the database once per scrape. */
+  beforeRender(collect: () => Promise<void>): void;
   /** Renders every metric in the Prometheus text exposition format. */
   render(): Promise<string>;
 };
@@ -24,6 +25,7 @@ const labelKey = (labels: Labels = {}) =>
 /** Creates an empty registry; one per process, passed to whoever counts. */
 export function createMetrics(): Metrics {
   const renderers: Array<() => Promise<string>> = [];
+  const collectors: Array<() => Promise<void>> = [];
   const counters = new Map<string, Counter>();
   return {
     counter(name, help) {
@@ -66,17 +68,20 @@ export function createMetrics(): Metrics {
         count: () => total,
       };
     },
-    gauge(name, help, read) {
+    gauge(name, help) {
+      const values = new Map<string, number>();
       renderers.push(async () => {
         const lines = [`# HELP ${name} ${help}`, `# TYPE ${name} gauge`];
-        for (const { labels, value } of await read()) {
-          const k = labelKey(labels);
-          lines.push(k ? `${name}{${k}} ${value}` : `${name} ${value}`);
-        }
+        for (const [k, v] of values) lines.push(k ? `${name}{${k}} ${v}` : `${name} ${v}`);
         return lines.join('\n');
       });
+      return { set: (value, labels) => void values.set(labelKey(labels), value) };
+    },
+    beforeRender(collect) {
+      collectors.push(collect);
     },
     async render() {
+      await Promise.all(collectors.map((c) => c()));
       return (await Promise.all(renderers.map((r) => r()))).join('\n') + '\n';
     },
   };

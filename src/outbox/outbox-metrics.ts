@@ -21,17 +21,15 @@ export function createOutboxMetrics(metrics: Metrics): OutboxMetrics {
   };
 }
 
-/** Registers the gauges read from the outbox table at scrape time. */
+/** Registers the gauges read from the outbox table, once per scrape. */
 export function registerOutboxGauges(metrics: Metrics, db: Database, clock: () => Date): void {
-  let cached: { at: number; stats: Promise<Awaited<ReturnType<typeof readOutboxStats>>> } | undefined;
-  const stats = () => {
-    const now = Date.now();
-    if (!cached || now - cached.at > 250) cached = { at: now, stats: readOutboxStats(db, clock()) };
-    return cached.stats;
-  };
-  metrics.gauge('outbox_pending_count', 'Outbox rows waiting to be published.', async () => [{ value: (await stats()).pending }]);
-  metrics.gauge('outbox_pending_seconds', 'Age of the oldest pending outbox row.', async () => [
-    { value: (await stats()).oldestPendingAgeMs / 1000 },
-  ]);
-  metrics.gauge('outbox_failed_count', 'Outbox rows parked as failed (dead letters).', async () => [{ value: (await stats()).failed }]);
+  const pending = metrics.gauge('outbox_pending_count', 'Outbox rows waiting to be published.');
+  const age = metrics.gauge('outbox_pending_seconds', 'Age of the oldest pending outbox row.');
+  const failed = metrics.gauge('outbox_failed_count', 'Outbox rows parked as failed (dead letters).');
+  metrics.beforeRender(async () => {
+    const stats = await readOutboxStats(db, clock());
+    pending.set(stats.pending);
+    age.set(stats.oldestPendingAgeMs / 1000);
+    failed.set(stats.failed);
+  });
 }

@@ -19,7 +19,7 @@ export const TEST_STREAM: StreamSettings = {
 };
 
 /** Relay dependencies over a test database and NATS URL, with fast back-off; `over` replaces any part. */
-export function relayDeps(t: TestDb, url: string, over: Partial<RelayDeps> & { settings?: Partial<RelayDeps['settings']> } = {}): RelayDeps {
+export function relayDeps(t: TestDb, url: string, over: Omit<Partial<RelayDeps>, 'settings'> & { settings?: Partial<RelayDeps['settings']> } = {}): RelayDeps {
   const metrics = createMetrics();
   const { settings, ...rest } = over;
   return {

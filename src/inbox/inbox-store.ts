@@ -1,0 +1,62 @@
+import { and, eq, sql } from 'drizzle-orm';
+import type { Tx } from '../db/open-database.ts';
+import type { InboxMessage } from './inbox-message.ts';
+import { deadLetters, inbox } from './schema.ts';
+
+/**
+ * Claims `eventId` for `consumer` in the caller's transaction. False means the row already exists: the event
+ * was applied before (the caller must not apply it again). Must be part of the transaction that applies the effect.
+ */
+export async function insertInboxRow(tx: Tx, row: { eventId: string; consumer: string; messageType: string; receivedAt: number }): Promise<boolean> {
+  const res = await tx.insert(inbox).values(row).onConflictDoNothing().run();
+  return res.rowsAffected === 1;
+}
+
+/** Stores (or refreshes) the dead letter of a message with the error that stopped it, in the caller's transaction. */
+export async function storeDeadLetter(
+  tx: Tx,
+  row: { eventId: string; consumer: string; msg: InboxMessage; error: string; deadAt: number },
+): Promise<void> {
+  const values = {
+    eventId: row.eventId,
+    consumer: row.consumer,
+    subject: row.msg.subject,
+    headers: JSON.stringify(row.msg.headers),
+    payload: row.msg.payload,
+    error: row.error,
+    deliveries: row.msg.deliveryCount,
+    deadAt: row.deadAt,
+  };
+  await tx
+    .insert(deadLetters)
+    .values(values)
+    .onConflictDoUpdate({
+      target: [deadLetters.eventId, deadLetters.consumer],
+      set: {
+        subject: sql`excluded.subject`,
+        headers: sql`excluded.headers`,
+        payload: sql`excluded.payload`,
+        error: sql`excluded.error`,
+        deliveries: sql`excluded.deliveries`,
+        deadAt: sql`excluded.dead_at`,
+      },
+    })
+    .run();
+}
+
+/** Records a failed replay on the dead letter (the stored copy stays), in the caller's transaction. */
+export async function recordReplayError(tx: Tx, key: { eventId: string; consumer: string }, error: string): Promise<void> {
+  await tx
+    .update(deadLetters)
+    .set({ error })
+    .where(and(eq(deadLetters.eventId, key.eventId), eq(deadLetters.consumer, key.consumer)))
+    .run();
+}
+
+/** Removes a dead letter; part of the transaction that finally applied it. */
+export async function deleteDeadLetter(tx: Tx, key: { eventId: string; consumer: string }): Promise<void> {
+  await tx
+    .delete(deadLetters)
+    .where(and(eq(deadLetters.eventId, key.eventId), eq(deadLetters.consumer, key.consumer)))
+    .run();
+}

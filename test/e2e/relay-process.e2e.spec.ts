@@ -1,0 +1,151 @@
+import { createClient, type Client } from '@libsql/client';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { nanos } from '@nats-io/nats-core';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { placeOrder } from '../../src/orders/place-order.ts';
+import { createTempDir, createTestDb, orderBody } from '../support/db.ts';
+import { startNats, type NatsServer } from '../support/nats.ts';
+import { freePort, runtimeCommand, spawnChild, spawnService, waitForHttp, type ChildHandle } from '../support/process.ts';
+import { natsClient, readStream } from '../support/relay.ts';
+import { eventually } from '../support/service.ts';
+
+const cleanups: Array<() => Promise<void> | void> = [];
+afterEach(async () => {
+  while (cleanups.length) await cleanups.pop()!();
+});
+
+async function setup() {
+  const nats = await startNats();
+  const tmp = createTempDir();
+  const dbUrl = `file:${join(tmp.dir, 'app.db')}`;
+  const client = createClient({ url: dbUrl, timeout: 5000 });
+  cleanups.push(async () => {
+    client.close();
+    await nats[Symbol.asyncDispose]();
+    tmp[Symbol.dispose]();
+  });
+  const env = { DATABASE_URL: dbUrl, NATS_URL: nats.url, LOG_LEVEL: 'warn', RELAY_POLL_MS: '20', RELAY_BACKOFF_BASE_MS: '50', RELAY_MAX_BACKOFF_MS: '500', RELAY_PUBLISH_TIMEOUT_MS: '1000' };
+  return { nats, tmp, dbUrl, client, env };
+}
+
+function startRelay(env: Record<string, string>): ChildHandle {
+  const { cmd, args } = runtimeCommand('node', 'src/entry/relay.ts');
+  const child = spawnChild(cmd, args, env);
+  cleanups.push(() => void child.kill9());
+  return child;
+}
+
+async function count(client: Client, where: string): Promise<number> {
+  return Number((await client.execute(`SELECT count(*) FROM outbox WHERE ${where}`)).rows[0]![0]);
+}
+
+async function streamIds(nats: NatsServer): Promise<string[]> {
+  const nc = await natsClient(nats.url);
+  try {
+    return (await readStream(nc, 'EVENTS')).map((m) => m.headers['Nats-Msg-Id']!);
+  } finally {
+    await nc.close();
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('relay process - crashes and stops', () => {
+  it('a relay SIGKILLed mid-run under a stream of commands, then restarted, leaves every committed event in the stream exactly once', async () => {
+    const { nats, client, env } = await setup();
+    const api = await spawnService('node', 'src/entry/node.ts', { ...env, ROLES: 'api' });
+    cleanups.push(() => void api.kill9());
+    await waitForHttp(`${api.url}/health`, { child: api });
+
+    let placing = true;
+    let placed = 0;
+    const load = (async () => {
+      const workers = Array.from({ length: 6 }, async () => {
+        while (placing) {
+          const res = await fetch(`${api.url}/orders`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(orderBody()) });
+          expect(res.status).toBe(201);
+          placed++;
+        }
+      });
+      await Promise.all(workers);
+    })();
+
+    // a kill exactly between PubAck and mark-sent, then kills at arbitrary moments
+    let relay = startRelay({ ...env, HONO_OUTBOX_TEST_FAULT: 'kill-after-puback:10' });
+    const first = await relay.exited;
+    expect(first.signal).toBe('SIGKILL');
+    for (const delay of [150, 400, 90, 700]) {
+      relay = startRelay(env);
+      await sleep(delay);
+      await relay.kill9();
+    }
+    placing = false;
+    await load;
+    relay = startRelay(env);
+    const total = await count(client, '1 = 1');
+    expect(placed).toBeGreaterThan(0);
+    expect(total).toBe(placed);
+    expect(await eventually(async () => (await count(client, "status = 'sent'")) === total, 30_000)).toBe(true);
+    await relay.stop('SIGTERM');
+
+    const ids = await streamIds(nats);
+    const rows = (await client.execute('SELECT id FROM outbox ORDER BY seq')).rows.map((r) => String(r.id));
+    expect(ids).toHaveLength(rows.length);
+    expect(new Set(ids)).toEqual(new Set(rows));
+  });
+
+  it('SIGTERM during a large backlog exits 0 with every acknowledged row marked sent', async () => {
+    const { nats, client, env, dbUrl } = await setup();
+    const seed = await createTestDb();
+    cleanups.push(() => seed.close());
+    // build the backlog in a database file of its own, then point the relay at a copy via VACUUM INTO
+    for (let i = 0; i < 20; i++) {
+      await Promise.all(Array.from({ length: 500 }, () => seed.deps.writer.write((tx) => placeOrder(tx, seed.deps, orderBody() as never))));
+    }
+    await seed.client.execute({ sql: 'VACUUM INTO ?', args: [dbUrl.slice('file:'.length)] });
+    const total = await count(client, '1 = 1');
+    expect(total).toBe(10_000);
+
+    const relay = startRelay({ ...env, RELAY_BATCH: '200', RELAY_MAX_IN_FLIGHT: '16' });
+    expect(await eventually(async () => (await count(client, "status = 'sent'")) > 0, 20_000)).toBe(true);
+    const exit = await relay.stop('SIGTERM');
+    expect(exit.code).toBe(0);
+
+    const sent = (await client.execute("SELECT id FROM outbox WHERE status = 'sent'")).rows.map((r) => String(r.id));
+    const ids = await streamIds(nats);
+    expect(sent.length).toBeLessThan(total); // it stopped mid-backlog
+    expect(new Set(ids)).toEqual(new Set(sent));
+  });
+
+  it('refuses to start against a stream whose duplicate window is shorter than 10 × the maximum back-off', async () => {
+    const { nats, env } = await setup();
+    const nc = await natsClient(nats.url);
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.add({ name: 'EVENTS', subjects: ['events.>'], duplicate_window: nanos(60_000) });
+    await nc.close();
+    const relay = startRelay({ ...env, RELAY_MAX_BACKOFF_MS: '30000' });
+    const exit = await relay.exited;
+    expect(exit.code).toBe(1);
+    expect(relay.stderr()).toContain('Refusing to start: stream EVENTS has a duplicate window of 60000 ms, shorter than 10 × the relay\'s maximum back-off (300000 ms)');
+  });
+
+  it('a commit in the API process wakes a relay process through the kick subject, long before its poll interval', async () => {
+    const { nats, env } = await setup();
+    const metricsPort = await freePort();
+    const relay = startRelay({ ...env, RELAY_POLL_MS: '60000', METRICS_PORT: String(metricsPort) });
+    await eventually(async () => {
+      const res = await fetch(`http://127.0.0.1:${metricsPort}/ready`).catch(() => undefined);
+      return res ? ((await res.json()) as { nats: string }).nats === 'connected' : false;
+    }, 20_000);
+    const api = await spawnService('node', 'src/entry/node.ts', { ...env, ROLES: 'api' });
+    cleanups.push(() => void api.kill9());
+    await waitForHttp(`${api.url}/health`, { child: api });
+    await sleep(500); // the API's kicker connects in the background
+    const res = await fetch(`${api.url}/orders`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(orderBody()) });
+    expect(res.status).toBe(201);
+    // bounded well below the 60 s poll: only a kick can deliver it in time
+    expect(await eventually(async () => (await streamIds(nats)).length === 1, 15_000)).toBe(true);
+    await relay.stop('SIGTERM');
+  });
+});
