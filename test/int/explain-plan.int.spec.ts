@@ -1,0 +1,80 @@
+import type { Client } from '@libsql/client';
+import { afterEach, describe, expect, it } from 'vitest';
+import { placeOrder } from '../../src/orders/place-order.ts';
+import { FETCH_PENDING_SQL } from '../../src/outbox/relay-store.ts';
+import { createTestDb, type TestDb } from '../support/db.ts';
+
+/** The relay fetch as DESIGN.md §5 states it. */
+const DESIGN_FETCH = `SELECT * FROM outbox WHERE status = 'pending' AND available_at <= ? ORDER BY seq LIMIT ?`;
+
+const QUERIES: Array<[string, string]> = [
+  ['the DESIGN.md §5 fetch', DESIGN_FETCH],
+  ["the relay's FETCH_PENDING_SQL", FETCH_PENDING_SQL],
+];
+
+async function planOf(client: Client, query: string): Promise<string[]> {
+  const rs = await client.execute({ sql: `EXPLAIN QUERY PLAN ${query}`, args: [Date.now(), 500] });
+  return rs.rows.map((r) => String(r.detail));
+}
+
+/** Fills the outbox through the real command path, then marks some rows sent, some failed and some retrying. */
+async function seed(t: TestDb, orders: number, sentShare: number): Promise<void> {
+  const cmd = { customerId: 'c', currency: 'EUR', items: [{ sku: 's', quantity: 1, unitPriceCents: 1 }] };
+  await Promise.all(Array.from({ length: orders }, () => t.deps.writer.write((tx) => placeOrder(tx, t.deps, cmd))));
+  await t.client.execute({ sql: `UPDATE outbox SET status = 'sent', sent_at = 1 WHERE seq <= ?`, args: [Math.floor(orders * sentShare)] });
+  await t.client.execute(`UPDATE outbox SET status = 'failed', attempts = 5 WHERE seq % 17 = 0 AND status = 'pending'`);
+  await t.client.execute(`UPDATE outbox SET attempts = 1, available_at = available_at + 60000 WHERE seq % 13 = 0 AND status = 'pending'`);
+}
+
+/** The outer scan walks idx_outbox_status_seq (so rows come in seq order without sorting) and nothing is a full scan. */
+function expectUsesStatusSeqIndex(plan: string[]): void {
+  const shown = plan.join('\n');
+  expect(plan.some((d) => /^SEARCH \w+ USING (COVERING )?INDEX idx_outbox_status_seq\b/.test(d)), shown).toBe(true);
+  expect(plan.some((d) => /USE TEMP B-TREE/.test(d)), shown).toBe(false);
+  expect(plan.some((d) => /^SCAN /.test(d)), shown).toBe(false);
+}
+
+let t: TestDb | undefined;
+afterEach(() => {
+  t?.close();
+  t = undefined;
+});
+
+describe.each(QUERIES)('outbox - query plan of %s', (_label, query) => {
+  it('uses idx_outbox_status_seq with no temp b-tree on an empty outbox', async () => {
+    t = await createTestDb();
+    expectUsesStatusSeqIndex(await planOf(t.client, query));
+  });
+
+  it('uses idx_outbox_status_seq with no temp b-tree on an outbox with pending, sent and failed rows (no ANALYZE)', async () => {
+    t = await createTestDb();
+    await seed(t, 300, 0.8);
+    const counts = await t.client.execute('SELECT status, count(*) FROM outbox GROUP BY status ORDER BY status');
+    expect(counts.rows.map((r) => String(r[0]))).toEqual(['failed', 'pending', 'sent']);
+    expect(Number((await t.client.execute(`SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_stat1'`)).rows[0]![0])).toBe(0);
+    expectUsesStatusSeqIndex(await planOf(t.client, query));
+  });
+
+  it('still uses the index after ANALYZE when most rows are already sent (the steady state)', async () => {
+    t = await createTestDb();
+    await seed(t, 300, 0.95);
+    await t.client.execute('ANALYZE');
+    expectUsesStatusSeqIndex(await planOf(t.client, query));
+  });
+
+  it('the check notices a lost index (so a refactor that drops it fails CI)', async () => {
+    t = await createTestDb();
+    await seed(t, 50, 0.5);
+    await t.client.execute('DROP INDEX idx_outbox_status_seq');
+    await expect(planOf(t.client, query).then(expectUsesStatusSeqIndex)).rejects.toThrow();
+  });
+});
+
+describe("outbox - the relay's hold-back probe", () => {
+  it('looks up earlier retrying rows of the aggregate through idx_outbox_retrying, not a scan', async () => {
+    t = await createTestDb();
+    await seed(t, 100, 0.5);
+    const plan = await planOf(t.client, FETCH_PENDING_SQL);
+    expect(plan.some((d) => /^SEARCH \w+ USING (COVERING )?INDEX idx_outbox_retrying\b/.test(d)), plan.join('\n')).toBe(true);
+  });
+});

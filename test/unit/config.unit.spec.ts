@@ -1,0 +1,133 @@
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { ConfigError, parseConfig } from '../../src/config.ts';
+import { createTempDir } from '../support/db.ts';
+import { runtimeCommand, runToExit } from '../support/process.ts';
+
+/** Parses and returns the ConfigError, failing the test if parsing succeeds or throws something else. */
+function configErrorOf(env: Record<string, string>): ConfigError {
+  try {
+    parseConfig(env);
+  } catch (error) {
+    expect(error).toBeInstanceOf(ConfigError);
+    return error as ConfigError;
+  }
+  throw new Error(`parseConfig accepted ${JSON.stringify(env)}`);
+}
+
+describe('config - defaults', () => {
+  afterEach(() => {
+    vi.unstubAllEnvs();
+  });
+
+  it('an empty env gives the defaults of DESIGN.md §9', () => {
+    expect(parseConfig({})).toMatchObject({
+      PORT: 3000,
+      DATABASE_URL: 'file:./data/app.db',
+      NATS_URL: 'nats://127.0.0.1:4222',
+      NATS_STREAM: 'EVENTS',
+      EVENTS_SUBJECT_PREFIX: 'events',
+      RELAY_POLL_MS: 100,
+      RELAY_BATCH: 500,
+      RELAY_MAX_IN_FLIGHT: 256,
+      RELAY_MAX_ATTEMPTS: 5,
+      ROLES: ['api', 'relay', 'consumers'],
+    });
+  });
+
+  it('leaves credentials unset by default', () => {
+    const config = parseConfig({});
+    for (const key of ['NATS_CREDS', 'NATS_TOKEN', 'NATS_USER', 'NATS_PASSWORD', 'ADMIN_TOKEN', 'DATABASE_AUTH_TOKEN'] as const) {
+      expect(config[key]).toBeUndefined();
+    }
+  });
+
+  it('an empty string counts as unset and falls back to the default', () => {
+    expect(parseConfig({ PORT: '', ROLES: '', RELAY_BATCH: '' })).toMatchObject({
+      PORT: 3000,
+      ROLES: ['api', 'relay', 'consumers'],
+      RELAY_BATCH: 500,
+    });
+  });
+
+  it('reads only the record it is given, never process.env', () => {
+    vi.stubEnv('PORT', 'abc');
+    vi.stubEnv('RELAY_BATCH', '7');
+    expect(parseConfig({})).toMatchObject({ PORT: 3000, RELAY_BATCH: 500 });
+  });
+
+  it('parses given values into numbers and role lists', () => {
+    const config = parseConfig({ PORT: '8080', RELAY_BATCH: '50', ROLES: ' relay , api ', MIGRATE_ON_START: 'false' });
+    expect(config).toMatchObject({ PORT: 8080, RELAY_BATCH: 50, ROLES: ['relay', 'api'], MIGRATE_ON_START: false });
+  });
+
+  it('ignores variables it does not know', () => {
+    expect(() => parseConfig({ SOMETHING_ELSE: '!!!', PATH: '/bin' })).not.toThrow();
+  });
+});
+
+describe('config - invalid values', () => {
+  const bad: Array<[string, string]> = [
+    ['PORT', 'abc'],
+    ['PORT', '-1'],
+    ['PORT', '65536'],
+    ['PORT', '80.5'],
+    ['PORT', ' 80'],
+    ['DATABASE_URL', 'postgres://localhost/app'],
+    ['DATABASE_BUSY_TIMEOUT_MS', 'soon'],
+    ['NATS_URL', 'http://127.0.0.1:4222'],
+    ['NATS_URL', 'nats://a b'],
+    ['NATS_STREAM', 'EVENTS.ALL'],
+    ['EVENTS_SUBJECT_PREFIX', 'events.>'],
+    ['EVENTS_SUBJECT_PREFIX', 'events..x'],
+    ['RELAY_POLL_MS', '0'],
+    ['RELAY_BATCH', '0'],
+    ['RELAY_BATCH', '10001'],
+    ['RELAY_MAX_IN_FLIGHT', 'many'],
+    ['RELAY_MAX_ATTEMPTS', '0'],
+    ['RELAY_MAX_BACKOFF_MS', '1'],
+    ['STREAM_DUPLICATE_WINDOW_MS', '10'],
+    ['ROLES', 'api,web'],
+    ['ROLES', ' , '],
+    ['CONSUMERS', 'reporting,bad.name'],
+    ['CONSUMER_DATABASE_URL_TEMPLATE', 'file:./data/consumer.db'],
+    ['INBOX_RETENTION_DAYS', '0'],
+    ['ADMIN_TOKEN', 'short'],
+    ['LOG_LEVEL', 'verbose'],
+    ['MIGRATE_ON_START', 'yes'],
+  ];
+
+  it.each(bad)('%s=%j throws a ConfigError with one line naming the variable', (name, value) => {
+    const error = configErrorOf({ [name]: value });
+    expect(error.message).not.toMatch(/[\r\n]/);
+    expect(error.message).toMatch(new RegExp(`\\b${name}\\b`));
+  });
+
+  it('names the bad variable, not a valid neighbour, when only one is bad', () => {
+    const error = configErrorOf({ PORT: '8080', RELAY_BATCH: 'lots', NATS_STREAM: 'EVENTS' });
+    expect(error.message).toMatch(/\bRELAY_BATCH\b/);
+    expect(error.message).not.toMatch(/\bPORT\b|\bNATS_STREAM\b/);
+  });
+});
+
+describe('config - start-up', () => {
+  it('node entry with PORT=abc exits 2 with one stderr line naming PORT and no stack trace', async () => {
+    using tmp = createTempDir();
+    const { cmd, args } = runtimeCommand('node', 'src/entry/node.ts');
+    const res = await runToExit(cmd, args, {
+      PORT: 'abc',
+      DATABASE_URL: `file:${join(tmp.dir, 'data', 'app.db')}`,
+      ROLES: 'api',
+      LOG_LEVEL: 'warn',
+    });
+    expect(res.code, res.stderr).toBe(2);
+    const lines = res.stderr.trim().split('\n');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/\bPORT\b/);
+    expect(res.stderr).not.toMatch(/^\s+at /m);
+    expect(res.stdout).toBe('');
+    // It stopped before touching the database.
+    expect(readdirSync(tmp.dir)).toEqual([]);
+  });
+});
