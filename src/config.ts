@@ -76,6 +76,9 @@ export const ConfigSchema = z.object({
 
 export type Config = z.output<typeof ConfigSchema>;
 
+/** Never echoed back in an error message; URLs are not either, as they may carry a password. */
+const SECRETS = new Set(['ADMIN_TOKEN', 'DATABASE_AUTH_TOKEN', 'NATS_TOKEN', 'NATS_PASSWORD', 'NATS_USER']);
+
 /** Parses an env record (never `process.env` directly inside the core); throws ConfigError naming the first bad variable. */
 export function parseConfig(env: Record<string, string | undefined>): Config {
   const input: Record<string, string> = {};
@@ -87,7 +90,7 @@ export function parseConfig(env: Record<string, string | undefined>): Config {
   if (result.success) return result.data;
   const issue = result.error.issues[0]!;
   const name = String(issue.path[0] ?? 'configuration');
-  const got = input[name];
+  const got = SECRETS.has(name) || /URL/.test(name) ? undefined : input[name];
   throw new ConfigError(
     `Invalid configuration: ${name} must be ${issue.message}${got === undefined ? '' : ` (got ${JSON.stringify(got)})`}`,
   );

@@ -15,7 +15,11 @@ class UnsupportedMediaTypeError extends AppError {
 export function requireJson(options: { allowEmpty?: boolean } = {}): MiddlewareHandler {
   return async function requireJsonBody(c, next) {
     const type = (c.req.header('Content-Type') ?? '').split(';')[0]!.trim();
-    if (JSON_TYPE.test(type)) return next();
+    if (JSON_TYPE.test(type)) {
+      // an empty JSON body on a route whose body is optional means `{}`, as no body at all does
+      if (options.allowEmpty && (await c.req.text()).trim() === '') (c.req.bodyCache as Record<string, unknown>).text = Promise.resolve('{}');
+      return next();
+    }
     const length = c.req.header('Content-Length');
     const empty = type === '' && (length === undefined || length === '0') && !c.req.header('Transfer-Encoding');
     if (options.allowEmpty && empty) return next();

@@ -379,3 +379,18 @@ describe('http - fuzz', () => {
     expect(Number(placedEvents.rows[0]![0])).toBe(created);
   });
 });
+
+describe('http - optional bodies', () => {
+  it('a cancel with Content-Type application/json and an empty body cancels like one without a body', async () => {
+    const t = await createTestApp();
+    try {
+      const placed = await t.app.request('/orders', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(orderBody()) });
+      const { orderId } = (await placed.json()) as { orderId: string };
+      const res = await t.app.request(`/orders/${orderId}/cancel`, { method: 'POST', headers: { 'content-type': 'application/json', 'content-length': '0' }, body: '' });
+      expect(res.status).toBe(200);
+      expect(await res.json()).toEqual({ orderId, status: 'cancelled' });
+    } finally {
+      t.close();
+    }
+  });
+});

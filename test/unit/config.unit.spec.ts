@@ -131,3 +131,18 @@ describe('config - start-up', () => {
     expect(readdirSync(tmp.dir)).toEqual([]);
   });
 });
+
+describe('config - secrets', () => {
+  it('never echoes a secret or a URL back in the error message', () => {
+    for (const [name, value] of [['ADMIN_TOKEN', 'hunter2'], ['NATS_URL', 'nats://user:s3cret@host:4222 x']] as const) {
+      let message = '';
+      try {
+        parseConfig({ [name]: value });
+      } catch (error) {
+        message = (error as Error).message;
+      }
+      expect(message).toContain(name);
+      expect(message).not.toContain(name === 'ADMIN_TOKEN' ? 'hunter2' : 's3cret');
+    }
+  });
+});
