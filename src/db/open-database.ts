@@ -1,4 +1,4 @@
-import type { Client } from '@libsql/client';
+import type { Client, Transaction } from '@libsql/client';
 import { drizzle, type LibSQLDatabase, type LibSQLTransaction } from 'drizzle-orm/libsql';
 import type { ExtractTablesWithRelations } from 'drizzle-orm';
 import { schema } from './schema.ts';
@@ -18,4 +18,21 @@ export function createDatabase(client: Client): Database {
 export async function prepareLocalDatabase(client: Client): Promise<void> {
   if (client.protocol !== 'file') return;
   await client.execute('PRAGMA journal_mode = WAL');
+}
+
+/**
+ * The libSQL transaction under a drizzle transaction. Hot-path statements run on it directly: drizzle's query
+ * building doubles the cost of a command (measured in BENCHMARKS.md), so writes on the request and relay paths
+ * use plain SQL while the schema, migrations and occasional queries stay in drizzle.
+ */
+export function sqlOf(tx: Tx): Transaction {
+  return (tx as unknown as { session: { tx: Transaction } }).session.tx;
+}
+
+/** Something that runs one SQL statement: the client (autocommit reads) or an open transaction. */
+export type SqlRunner = Pick<Transaction, 'execute'>;
+
+/** The plain-SQL runner behind a database handle or a transaction. */
+export function sqlRunner(dbOrTx: Database | Tx): SqlRunner {
+  return '$client' in dbOrTx ? dbOrTx.$client : sqlOf(dbOrTx);
 }

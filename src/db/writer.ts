@@ -1,4 +1,4 @@
-import type { Database, Tx } from './open-database.ts';
+import { sqlOf, type Database, type Tx } from './open-database.ts';
 import { DatabaseBusyError, isBusyError } from './busy.ts';
 
 /** Runs write transactions one at a time for this process, grouping queued ones into a single commit. */
@@ -34,10 +34,15 @@ export function createWriter(db: Database, options: { maxGroup?: number } = {}):
           outcomes.push({ ok: true, value: await group[0]!.fn(tx as Tx) });
           return;
         }
+        const raw = sqlOf(tx as Tx);
         for (const job of group) {
+          await raw.execute('SAVEPOINT writer_job');
           try {
-            outcomes.push({ ok: true, value: await (tx as Tx).transaction((sp) => job.fn(sp as Tx)) });
+            outcomes.push({ ok: true, value: await job.fn(tx as Tx) });
+            await raw.execute('RELEASE writer_job');
           } catch (error) {
+            await raw.execute('ROLLBACK TO writer_job');
+            await raw.execute('RELEASE writer_job');
             outcomes.push({ ok: false, error });
           }
         }

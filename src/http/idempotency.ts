@@ -1,7 +1,5 @@
-import { eq } from 'drizzle-orm';
 import type { Context } from 'hono';
-import type { Tx } from '../db/open-database.ts';
-import { idempotencyKeys } from '../db/schema.ts';
+import { sqlOf, type Tx } from '../db/open-database.ts';
 import { BadRequestError, IdempotencyConflictError } from '../errors.ts';
 
 export type CommandResponse = { status: number; body: unknown; location?: string };
@@ -33,25 +31,24 @@ export async function runIdempotent(
   command: () => Promise<CommandResponse>,
 ): Promise<CommandResponse & { replayed: boolean }> {
   if (!key) return { ...(await command()), replayed: false };
-  const stored = (await tx.select().from(idempotencyKeys).where(eq(idempotencyKeys.key, key.key)).limit(1))[0];
+  const run = sqlOf(tx);
+  const stored = (
+    await run.execute({ sql: 'SELECT fingerprint, status_code, response_body, location FROM idempotency_keys WHERE key = ?', args: [key.key] })
+  ).rows[0];
   if (stored) {
     if (stored.fingerprint !== key.fingerprint) throw new IdempotencyConflictError();
     return {
-      status: stored.statusCode,
-      body: JSON.parse(stored.responseBody),
-      ...(stored.location ? { location: stored.location } : {}),
+      status: Number(stored.status_code),
+      body: JSON.parse(String(stored.response_body)),
+      ...(stored.location ? { location: String(stored.location) } : {}),
       replayed: true,
     };
   }
   const res = await command();
   if (res.status >= 200 && res.status < 300) {
-    await tx.insert(idempotencyKeys).values({
-      key: key.key,
-      fingerprint: key.fingerprint,
-      statusCode: res.status,
-      responseBody: JSON.stringify(res.body),
-      location: res.location ?? null,
-      createdAt: now.getTime(),
+    await run.execute({
+      sql: 'INSERT INTO idempotency_keys (key, fingerprint, status_code, response_body, location, created_at) VALUES (?, ?, ?, ?, ?, ?)',
+      args: [key.key, key.fingerprint, res.status, JSON.stringify(res.body), res.location ?? null, now.getTime()],
     });
   }
   return { ...res, replayed: false };

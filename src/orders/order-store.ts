@@ -1,58 +1,49 @@
-import { and, asc, eq } from 'drizzle-orm';
-import type { Database, Tx } from '../db/open-database.ts';
-import { orderLines, orders } from '../db/schema.ts';
-import type { Order } from './order.ts';
+import { sqlOf, sqlRunner, type Database, type Tx } from '../db/open-database.ts';
+import type { Order, OrderStatus } from './order.ts';
 
 /** Loads an order with its lines; works on the database or inside a transaction. */
 export async function loadOrder(db: Database | Tx, id: string): Promise<Order | undefined> {
-  const row = (await db.select().from(orders).where(eq(orders.id, id)).limit(1))[0];
+  const run = sqlRunner(db);
+  const found = await run.execute({
+    sql: 'SELECT id, customer_id, currency, status, total_cents, version, placed_at, cancelled_at, cancel_reason FROM orders WHERE id = ?',
+    args: [id],
+  });
+  const row = found.rows[0];
   if (!row) return undefined;
-  const lines = await db
-    .select()
-    .from(orderLines)
-    .where(eq(orderLines.orderId, id))
-    .orderBy(asc(orderLines.lineNo));
+  const lines = await run.execute({ sql: 'SELECT sku, quantity, unit_price_cents FROM order_lines WHERE order_id = ? ORDER BY line_no', args: [id] });
   return {
-    id: row.id,
-    customerId: row.customerId,
-    currency: row.currency,
-    status: row.status,
-    totalCents: row.totalCents,
-    version: row.version,
-    placedAt: new Date(row.placedAt),
-    cancelledAt: row.cancelledAt === null ? null : new Date(row.cancelledAt),
-    cancelReason: row.cancelReason,
-    lines: lines.map((l) => ({ sku: l.sku, quantity: l.quantity, unitPriceCents: l.unitPriceCents })),
+    id: String(row.id),
+    customerId: String(row.customer_id),
+    currency: String(row.currency),
+    status: row.status as OrderStatus,
+    totalCents: Number(row.total_cents),
+    version: Number(row.version),
+    placedAt: new Date(Number(row.placed_at)),
+    cancelledAt: row.cancelled_at === null ? null : new Date(Number(row.cancelled_at)),
+    cancelReason: row.cancel_reason === null ? null : String(row.cancel_reason),
+    lines: lines.rows.map((l) => ({ sku: String(l.sku), quantity: Number(l.quantity), unitPriceCents: Number(l.unit_price_cents) })),
   };
 }
 
 /** Inserts a new order and its lines. Must be called inside the write transaction. */
 export async function insertOrder(tx: Tx, order: Order): Promise<void> {
-  await tx.insert(orders).values({
-    id: order.id,
-    customerId: order.customerId,
-    currency: order.currency,
-    status: order.status,
-    totalCents: order.totalCents,
-    version: order.version,
-    placedAt: order.placedAt.getTime(),
+  const run = sqlOf(tx);
+  await run.execute({
+    sql: 'INSERT INTO orders (id, customer_id, currency, status, total_cents, version, placed_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
+    args: [order.id, order.customerId, order.currency, order.status, order.totalCents, order.version, order.placedAt.getTime()],
   });
-  await tx
-    .insert(orderLines)
-    .values(order.lines.map((l, i) => ({ orderId: order.id, lineNo: i + 1, ...l })));
+  await run.execute({
+    sql: `INSERT INTO order_lines (order_id, line_no, sku, quantity, unit_price_cents) VALUES ${order.lines.map(() => '(?, ?, ?, ?, ?)').join(', ')}`,
+    args: order.lines.flatMap((l, i) => [order.id, i + 1, l.sku, l.quantity, l.unitPriceCents]),
+  });
 }
 
 /** Stores a cancellation, guarded by the version it was decided on. Must be called inside the write transaction. */
 export async function saveCancellation(tx: Tx, order: Order): Promise<void> {
-  const res = await tx
-    .update(orders)
-    .set({
-      status: order.status,
-      version: order.version,
-      cancelledAt: order.cancelledAt?.getTime() ?? null,
-      cancelReason: order.cancelReason,
-    })
-    .where(and(eq(orders.id, order.id), eq(orders.version, order.version - 1)));
+  const res = await sqlOf(tx).execute({
+    sql: 'UPDATE orders SET status = ?, version = ?, cancelled_at = ?, cancel_reason = ? WHERE id = ? AND version = ?',
+    args: [order.status, order.version, order.cancelledAt?.getTime() ?? null, order.cancelReason, order.id, order.version - 1],
+  });
   if (res.rowsAffected !== 1) throw new Error(`order ${order.id} changed while it was being cancelled`);
 }
 

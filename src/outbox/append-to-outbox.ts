@@ -1,5 +1,4 @@
-import type { Tx } from '../db/open-database.ts';
-import { outbox } from '../db/schema.ts';
+import { sqlOf, type Tx } from '../db/open-database.ts';
 import type { IntegrationEvent } from '../events/integration-event.ts';
 import type { EventRegistry } from '../events/registry.ts';
 
@@ -20,20 +19,15 @@ export async function appendToOutbox(
   if (events.length === 0) return;
   const nowMs = ctx.now.getTime();
   const headers = JSON.stringify(ctx.headers ?? {});
-  const rows = events.map((raw) => {
+  const args: Array<string | number> = [];
+  for (const raw of events) {
     const event = ctx.registry.parse(raw);
-    return {
-      id: event.eventId,
-      aggregateType: event.aggregateType,
-      aggregateId: event.aggregateId,
-      messageType: event.type,
-      payload: JSON.stringify(event),
-      headers,
-      status: 'pending' as const,
-      attempts: 0,
-      occurredAt: Date.parse(event.occurredAt),
-      availableAt: nowMs,
-    };
+    args.push(event.eventId, event.aggregateType, event.aggregateId, event.type, JSON.stringify(event), headers, Date.parse(event.occurredAt), nowMs);
+  }
+  await sqlOf(tx).execute({
+    sql: `INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, headers, status, attempts, occurred_at, available_at) VALUES ${events
+      .map(() => "(?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?)")
+      .join(', ')}`,
+    args,
   });
-  await tx.insert(outbox).values(rows);
 }

@@ -1,5 +1,4 @@
-import { sql } from 'drizzle-orm';
-import type { Database, Tx } from '../db/open-database.ts';
+import { sqlOf, type Database, type Tx } from '../db/open-database.ts';
 
 export type PendingRow = {
   seq: number;
@@ -40,9 +39,10 @@ export const aggregateKey = (type: string, id: string) => `${type}\u0000${id}`;
 /** Marks acknowledged rows sent in one statement. Must be called inside a write transaction. */
 export async function markSent(tx: Tx, seqs: number[], nowMs: number): Promise<number> {
   if (seqs.length === 0) return 0;
-  const res = await tx.run(
-    sql`UPDATE outbox SET status = 'sent', sent_at = ${nowMs} WHERE status = 'pending' AND seq IN (SELECT value FROM json_each(${JSON.stringify(seqs)}))`,
-  );
+  const res = await sqlOf(tx).execute({
+    sql: "UPDATE outbox SET status = 'sent', sent_at = ? WHERE status = 'pending' AND seq IN (SELECT value FROM json_each(?))",
+    args: [nowMs, JSON.stringify(seqs)],
+  });
   return res.rowsAffected;
 }
 
@@ -58,8 +58,9 @@ export async function recordFailure(
   maxAttempts: number,
 ): Promise<'pending' | 'failed'> {
   const status = row.attempts + 1 >= maxAttempts ? 'failed' : 'pending';
-  await tx.run(
-    sql`UPDATE outbox SET attempts = attempts + 1, last_error = ${error.slice(0, 2000)}, available_at = ${retryAtMs}, status = ${status} WHERE seq = ${row.seq} AND status = 'pending'`,
-  );
+  await sqlOf(tx).execute({
+    sql: "UPDATE outbox SET attempts = attempts + 1, last_error = ?, available_at = ?, status = ? WHERE seq = ? AND status = 'pending'",
+    args: [error.slice(0, 2000), retryAtMs, status, row.seq],
+  });
   return status;
 }
