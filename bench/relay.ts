@@ -1,0 +1,131 @@
+// npm run bench:relay — (a) raw pipelined JetStream publish vs (b) the relay draining the same number of
+// outbox rows, on one private nats-server in one run; (c) commit → PubAck lag at a steady command rate.
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { headers } from '@nats-io/nats-core';
+import { connect } from '@nats-io/transport-node';
+import { placeOrder } from '../src/orders/place-order.ts';
+import { ensureStream } from '../src/nats/ensure-stream.ts';
+import { createRelay } from '../src/outbox/relay.ts';
+import type { TestDb } from '../test/support/db.ts';
+import { relayDeps, TEST_STREAM } from '../test/support/relay.ts';
+import { orderBody } from '../test/support/db.ts';
+import { createTestDb, numberArg, percentile, round, saveResult, startNats } from './support.ts';
+
+const N = numberArg('messages', 20_000);
+const RATE = numberArg('rate', 1000);
+const SECONDS = numberArg('seconds', 30);
+const IN_FLIGHT = 256;
+
+async function fillOutbox(t: TestDb, n: number): Promise<void> {
+  for (let done = 0; done < n; done += 500) {
+    await Promise.all(Array.from({ length: Math.min(500, n - done) }, () => t.deps.writer.write((tx) => placeOrder(tx, t.deps, orderBody() as never))));
+  }
+}
+
+async function rawPublish(url: string, stream: string, prefix: string, payloads: string[]): Promise<number> {
+  const nc = await connect({ servers: [url] });
+  const js = jetstream(nc);
+  const enc = new TextEncoder();
+  const start = performance.now();
+  const inFlight = new Set<Promise<unknown>>();
+  for (let i = 0; i < payloads.length; i++) {
+    while (inFlight.size >= IN_FLIGHT) await Promise.race(inFlight);
+    const h = headers();
+    h.set('Event-Type', 'order.placed.v1');
+    const p = js.publish(`${prefix}.order.raw${i}`, enc.encode(payloads[i]!), { msgID: `raw-${stream}-${i}`, headers: h }).finally(() => inFlight.delete(p));
+    inFlight.add(p);
+  }
+  await Promise.all(inFlight);
+  const secs = (performance.now() - start) / 1000;
+  await nc.close();
+  return payloads.length / secs;
+}
+
+async function main() {
+  const nats = await startNats();
+  try {
+    // (b) first builds the rows; (a) publishes the very same payloads raw
+    const t = await createTestDb();
+    await fillOutbox(t, N);
+    const payloads = (await t.client.execute('SELECT payload FROM outbox ORDER BY seq')).rows.map((r) => String(r[0]));
+    const avgBytes = Math.round(payloads.reduce((s, p) => s + p.length, 0) / payloads.length);
+
+    const nc = await connect({ servers: [nats.url] });
+    const jsm = await jetstreamManager(nc);
+    const rawStream = { ...TEST_STREAM, name: 'RAW', prefix: 'raw', maxBytes: 2 * 1024 ** 3 };
+    await ensureStream(jsm, rawStream);
+    const raw = await rawPublish(nats.url, rawStream.name, rawStream.prefix, payloads);
+
+    const relayStream = { ...TEST_STREAM, name: 'RELAY', prefix: 'relay', maxBytes: 2 * 1024 ** 3 };
+    await ensureStream(jsm, relayStream);
+    const deps = relayDeps(t, nats.url, { stream: relayStream, settings: { prefix: relayStream.prefix, maxInFlight: IN_FLIGHT } });
+    const start = performance.now();
+    const summary = await createRelay(deps).run({ untilIdle: true });
+    const relayRate = summary.published / ((performance.now() - start) / 1000);
+    t.close();
+
+    // (c) steady command rate through the command handler, relay in the same process woken by each commit
+    const t2 = await createTestDb();
+    const lagStream = { ...TEST_STREAM, name: 'LAG', prefix: 'lag', maxBytes: 2 * 1024 ** 3 };
+    const committedAt = new Map<string, number>();
+    const lags: number[] = [];
+    const lagDeps = relayDeps(t2, nats.url, {
+      stream: lagStream,
+      wake: t2.deps.outboxCommitted,
+      pollMs: 100,
+      settings: { prefix: lagStream.prefix, maxInFlight: IN_FLIGHT },
+      faults: {
+        afterPubAcks(rows) {
+          const now = performance.now();
+          for (const r of rows) {
+            const c = committedAt.get(r.aggregate_id);
+            if (c !== undefined) lags.push(now - c);
+          }
+        },
+      },
+    });
+    const stop = new AbortController();
+    const relayRun = createRelay(lagDeps).run({ signal: stop.signal });
+    const total = RATE * SECONDS;
+    const begin = performance.now();
+    const commands: Promise<void>[] = [];
+    for (let i = 0; i < total; i++) {
+      const due = begin + (i * 1000) / RATE;
+      const wait = due - performance.now();
+      if (wait > 1) await new Promise((r) => setTimeout(r, wait));
+      commands.push(
+        t2.deps.writer.write((tx) => placeOrder(tx, t2.deps, orderBody() as never)).then((order) => {
+          committedAt.set(order.id, performance.now());
+          t2.deps.outboxCommitted.notify();
+        }),
+      );
+    }
+    await Promise.all(commands);
+    const achievedRate = total / ((performance.now() - begin) / 1000);
+    while (lags.length < total && performance.now() - begin < (SECONDS + 30) * 1000) await new Promise((r) => setTimeout(r, 50));
+    stop.abort();
+    await relayRun;
+    t2.close();
+    await nc.close();
+
+    const result = {
+      bench: 'relay',
+      messages: N,
+      avgPayloadBytes: avgBytes,
+      maxInFlight: IN_FLIGHT,
+      rawPublishPerSec: Math.round(raw),
+      relayDrainPerSec: Math.round(relayRate),
+      ratioRelayToRaw: round(relayRate / raw),
+      lag: { rate: RATE, seconds: SECONDS, achievedRate: Math.round(achievedRate), samples: lags.length, p50Ms: round(percentile(lags, 50)), p99Ms: round(percentile(lags, 99)), maxMs: round(Math.max(...lags)) },
+    };
+    console.log(`(a) raw pipelined JetStream publish: ${result.rawPublishPerSec} msg/s (${N} × ~${avgBytes} B, ${IN_FLIGHT} in flight)`);
+    console.log(`(b) relay draining the outbox:        ${result.relayDrainPerSec} ev/s`);
+    console.log(`    ratio b/a = ${result.ratioRelayToRaw} (target ≥ 0.8)`);
+    console.log(`(c) commit → PubAck at ${RATE}/s for ${SECONDS}s (achieved ${result.lag.achievedRate}/s): p50 ${result.lag.p50Ms} ms, p99 ${result.lag.p99Ms} ms, max ${result.lag.maxMs} ms (targets p50 ≤ 5, p99 ≤ 50)`);
+    console.log(`results: ${saveResult('relay', result)}`);
+  } finally {
+    await nats[Symbol.asyncDispose]();
+  }
+}
+
+await main();
