@@ -6,6 +6,7 @@ import { connect } from '@nats-io/transport-node';
 import { placeOrder } from '../src/orders/place-order.ts';
 import { ensureStream } from '../src/nats/ensure-stream.ts';
 import { createRelay } from '../src/outbox/relay.ts';
+import { createInFlight } from '../src/outbox/in-flight.ts';
 import type { TestDb } from '../test/support/db.ts';
 import { relayDeps, TEST_STREAM } from '../test/support/relay.ts';
 import { orderBody } from '../test/support/db.ts';
@@ -27,15 +28,14 @@ async function rawPublish(url: string, stream: string, prefix: string, payloads:
   const js = jetstream(nc);
   const enc = new TextEncoder();
   const start = performance.now();
-  const inFlight = new Set<Promise<unknown>>();
+  const inFlight = createInFlight(IN_FLIGHT);
   for (let i = 0; i < payloads.length; i++) {
-    while (inFlight.size >= IN_FLIGHT) await Promise.race(inFlight);
+    await inFlight.slot();
     const h = headers();
     h.set('Event-Type', 'order.placed.v1');
-    const p = js.publish(`${prefix}.order.raw${i}`, enc.encode(payloads[i]!), { msgID: `raw-${stream}-${i}`, headers: h }).finally(() => inFlight.delete(p));
-    inFlight.add(p);
+    inFlight.track(js.publish(`${prefix}.order.raw${i}`, enc.encode(payloads[i]!), { msgID: `raw-${stream}-${i}`, headers: h }));
   }
-  await Promise.all(inFlight);
+  await inFlight.drained();
   const secs = (performance.now() - start) / 1000;
   await nc.close();
   return payloads.length / secs;

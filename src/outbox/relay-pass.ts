@@ -6,6 +6,7 @@ import type { EventRegistry } from '../events/registry.ts';
 import { eventSubject } from '../nats/stream-settings.ts';
 import { backoffDelay } from './backoff.ts';
 import type { OutboxMetrics } from './outbox-metrics.ts';
+import { createInFlight } from './in-flight.ts';
 import { isBrokerUnavailable } from './publish-errors.ts';
 import { aggregateKey, fetchPending, markSent, recordFailure, type PendingRow } from './relay-store.ts';
 
@@ -94,7 +95,7 @@ export async function relayPass(deps: RelayPassDeps, js: JetStreamClient): Promi
   const acked: Array<{ row: PendingRow; ack: PubAck; at: number }> = [];
   const failures: Array<{ row: PendingRow; error: string }> = [];
   const blocked = new Set<string>();
-  const inFlight = new Set<Promise<void>>();
+  const inFlight = createInFlight(s.maxInFlight);
   let brokerError: unknown;
 
   const fail = (row: PendingRow, key: string, error: unknown) => {
@@ -107,7 +108,7 @@ export async function relayPass(deps: RelayPassDeps, js: JetStreamClient): Promi
   const pendingByAggregate = new Map<string, Promise<void>>();
 
   for (const row of rows) {
-    while (inFlight.size >= s.maxInFlight && brokerError === undefined) await Promise.race(inFlight);
+    await inFlight.slot();
     const key = aggregateKey(row.aggregate_type, row.aggregate_id);
     const previous = pendingByAggregate.get(key);
     if (previous) await previous;
@@ -133,13 +134,12 @@ export async function relayPass(deps: RelayPassDeps, js: JetStreamClient): Promi
         },
       )
       .finally(() => {
-        inFlight.delete(p);
         if (pendingByAggregate.get(key) === p) pendingByAggregate.delete(key);
       });
-    inFlight.add(p);
+    inFlight.track(p);
     pendingByAggregate.set(key, p);
   }
-  await Promise.all(inFlight);
+  await inFlight.drained();
 
   if (acked.length > 0) await deps.faults?.afterPubAcks?.(acked.map((a) => a.row));
 
