@@ -3,7 +3,7 @@ import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import { sql } from 'drizzle-orm';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
-import { isBusyError } from './db/busy.ts';
+import { isBusyError, isDatabaseUnreachable } from './db/busy.ts';
 import type { Deps } from './deps.ts';
 import { AppError, NotFoundError, ServiceUnavailableError, toProblem } from './errors.ts';
 import { createOrderRoutes } from './orders/orders.routes.ts';
@@ -75,6 +75,7 @@ export function createApp(deps: Deps, options: AppOptions = {}): Hono {
 function toAppError(error: unknown): AppError {
   if (error instanceof AppError) return error;
   if (isBusyError(error)) return new ServiceUnavailableError('The database is busy; retry shortly.', 1);
+  if (isDatabaseUnreachable(error)) return new ServiceUnavailableError('The database cannot be reached; retry shortly.', 1);
   if (error instanceof HTTPException) {
     const title = error.status === 400 ? 'Bad request' : 'HTTP error';
     return new AppError(error.status, error.status === 400 ? 'bad-request' : 'http-error', title, error.message || title);

@@ -2,7 +2,7 @@ import type { Client } from '@libsql/client';
 import type { Hono } from 'hono';
 import { createApp } from './app.ts';
 import type { Config } from './config.ts';
-import { createDatabase } from './db/open-database.ts';
+import { createDatabase, type Database } from './db/open-database.ts';
 import { createWriter } from './db/writer.ts';
 import type { Deps } from './deps.ts';
 import { createAppRegistry } from './events/catalog.ts';
@@ -15,11 +15,22 @@ import { createKicker } from './outbox/kicker.ts';
 import { createOutboxMetrics, registerOutboxGauges } from './outbox/outbox-metrics.ts';
 import { createRelay, type Relay, type RelayRunOptions } from './outbox/relay.ts';
 import type { RelayFaults } from './outbox/relay-pass.ts';
+import { relaySettingsFrom } from './outbox/relay-settings.ts';
 import { createOpsRoutes } from './ops/ops.routes.ts';
 import { createSignal } from './signal.ts';
+import { findSubscriber, subscribers } from './consumers/subscribers.ts';
+import { createReportRoutes } from './consumers/consumers.routes.ts';
+import { createConsumerRunner, type ConsumerFaults, type ConsumerRunner } from './inbox/consumer-runner.ts';
+import { assertSafeRetention } from './inbox/retention.ts';
+import { applyWithoutInbox } from './inbox/without-inbox.ts';
 
 export type ServiceIo = {
   client: Client;
+  /** Opens (and migrates) a subscriber's own database; needed by the `consumers` role. */
+  openSubscriberDb?: (name: string) => Promise<Client>;
+  consumerFaults?: ConsumerFaults;
+  /** The broken variant the torture checker must catch: subscribers apply events without the inbox. */
+  brokenNoInbox?: boolean;
   log: Logger;
   /** Opens a NATS connection with the runtime's transport; without it, relay and subscribers cannot run. */
   connect?: ConnectNats;
@@ -35,6 +46,7 @@ export type Service = {
   /** The HTTP app: command routes when the `api` role runs, and always /health, /ready and /metrics. */
   app: Hono;
   relay?: Relay;
+  consumers: ConsumerRunner[];
   /** Settles when a background role stops; rejects on a fatal error such as an unsafe stream configuration. */
   background: Promise<void>;
   /** Stops background roles after their work in flight and waits for queued writes. */
@@ -89,25 +101,67 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
       stream,
       wake: relayWake,
       pollMs: config.RELAY_POLL_MS,
-      settings: {
-        prefix: stream.prefix,
-        batch: config.RELAY_BATCH,
-        maxInFlight: config.RELAY_MAX_IN_FLIGHT,
-        maxAttempts: config.RELAY_MAX_ATTEMPTS,
-        maxMsgSize: stream.maxMsgSize,
-        backoffBaseMs: config.RELAY_BACKOFF_BASE_MS,
-        maxBackoffMs: config.RELAY_MAX_BACKOFF_MS,
-        publishTimeoutMs: config.RELAY_PUBLISH_TIMEOUT_MS,
-      },
+      settings: relaySettingsFrom(config, stream),
       ...(io.relayFaults ? { faults: io.relayFaults } : {}),
     });
     background.push(relay.run({ ...io.relayRun, signal: stop.signal }).then(() => undefined));
   }
 
+  const consumers: ConsumerRunner[] = [];
+  const subscriberClients: Client[] = [];
+  let reportingDb: Database | undefined;
+  if (roles.has('consumers')) {
+    if (!io.connect || !io.openSubscriberDb) throw new Error('the consumers role needs a NATS transport and subscriber databases');
+    const names = config.CONSUMERS ?? Object.keys(subscribers);
+    const nakMaxMs = config.RELAY_MAX_BACKOFF_MS;
+    assertSafeRetention({
+      retentionMs: config.INBOX_RETENTION_DAYS * 86_400_000,
+      duplicateWindowMs: config.STREAM_DUPLICATE_WINDOW_MS,
+      maxDeliver: config.CONSUMER_MAX_DELIVER,
+      ackWaitMs: config.CONSUMER_ACK_WAIT_MS,
+      maxBackoffMs: nakMaxMs,
+    });
+    for (const name of names) {
+      const subscriber = findSubscriber(name);
+      const client = await io.openSubscriberDb(name);
+      subscriberClients.push(client);
+      const subscriberDb = createDatabase(client);
+      if (name === 'reporting') reportingDb = subscriberDb;
+      const writer = createWriter(subscriberDb, { maxGroup: config.CONSUMER_BATCH });
+      const runner = createConsumerRunner({
+        ...subscriber,
+        db: subscriberDb,
+        writer,
+        ...(io.brokenNoInbox ? { processBatch: applyWithoutInbox(writer, deps.registry, subscriber.handle) } : {}),
+        registry: deps.registry,
+        log: io.log,
+        metrics,
+        connect: io.connect,
+        stream,
+        clock,
+        ackWaitMs: config.CONSUMER_ACK_WAIT_MS,
+        maxDeliver: config.CONSUMER_MAX_DELIVER,
+        batch: config.CONSUMER_BATCH,
+        maxNakDelayMs: nakMaxMs,
+        backoffBaseMs: config.RELAY_BACKOFF_BASE_MS,
+        maxBackoffMs: config.RELAY_MAX_BACKOFF_MS,
+        ...(io.consumerFaults ? { faults: io.consumerFaults } : {}),
+      });
+      consumers.push(runner);
+      background.push(runner.run({ signal: stop.signal }).then(() => undefined));
+    }
+  }
+
   const app = createApp(deps, {
     api: roles.has('api'),
-    readiness: () => ({ nats: relay ? relay.state() : 'not used by this process' }),
-    extend: (a) => a.route('/', createOpsRoutes({ db, clock, metrics, adminToken: config.ADMIN_TOKEN, outboxCommitted: deps.outboxCommitted, writer: deps.writer })),
+    readiness: () => ({
+      nats: relay ? relay.state() : consumers[0]?.state() ?? 'not used by this process',
+      ...Object.fromEntries(consumers.map((c) => [`consumer:${c.name}`, c.state()])),
+    }),
+    extend: (a) => {
+      a.route('/', createOpsRoutes({ db, clock, metrics, adminToken: config.ADMIN_TOKEN, outboxCommitted: deps.outboxCommitted, writer: deps.writer }));
+      if (reportingDb) a.route('/reports', createReportRoutes(reportingDb));
+    },
   });
 
   return {
@@ -115,12 +169,15 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
     metrics,
     app,
     ...(relay ? { relay } : {}),
+    consumers,
     background: Promise.all(background).then(() => undefined),
     async stop() {
       stop.abort();
       await Promise.allSettled(background);
       await kicker?.close();
       await deps.writer.idle();
+      await Promise.all(consumers.map((c) => c.inbox.writer.idle()));
+      subscriberClients.forEach((c) => c.close());
     },
   };
 }

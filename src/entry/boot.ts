@@ -11,9 +11,10 @@ import { createLogger, type Logger } from '../logger.ts';
 import { natsConnectionOptions, type ConnectNats } from '../nats/connect.ts';
 import type { RelayRunOptions } from '../outbox/relay.ts';
 import { createService, type Service } from '../service.ts';
-import { relayFaultsFromEnv } from './test-faults.ts';
+import { consumerFaultsFromEnv, relayFaultsFromEnv } from './test-faults.ts';
 
 export const MIGRATIONS_FOLDER = fileURLToPath(new URL('../../db/migrations', import.meta.url));
+export const CONSUMER_MIGRATIONS_FOLDER = fileURLToPath(new URL('../../db/consumer-migrations', import.meta.url));
 
 /** Parses process.env (with overrides); on a bad value prints one line naming the variable and exits with code 2. */
 export function loadConfigOrExit(overrides: Record<string, string> = {}): Config {
@@ -60,6 +61,16 @@ export function natsConnector(config: Config, name: string): ConnectNats {
 
 export type Started = { config: Config; log: Logger; service: Service; client: Client };
 
+/** Opens a subscriber's own database (CONSUMER_DATABASE_URL_TEMPLATE with its name) and applies its migrations. */
+export async function openSubscriberDb(config: Config, name: string): Promise<Client> {
+  const client = await openClient(config.CONSUMER_DATABASE_URL_TEMPLATE.replaceAll('{name}', name), config);
+  if (config.MIGRATE_ON_START) await migrateDatabase(client, CONSUMER_MIGRATIONS_FOLDER);
+  return client;
+}
+
+/** Start-up refusals whose message is the whole story: printed as one line, exit code 2. */
+const REFUSALS = new Set(['UnsafeRetentionError', 'UnsafeStreamConfigError', 'UnknownSubscriberError', 'UnsafeConsumerConfigError']);
+
 /** The port this process serves HTTP on: PORT with the api role, else METRICS_PORT (operational endpoints only) if set. */
 export function httpPort(config: Config): number | undefined {
   return config.ROLES.includes('api') ? config.PORT : config.METRICS_PORT;
@@ -75,13 +86,26 @@ export async function boot(options: { env?: Record<string, string>; relayRun?: R
     if (applied > 0) log.info('migrations applied', { applied });
   }
   const faults = relayFaultsFromEnv(process.env);
-  const service = await createService(config, {
-    client,
-    log,
-    connect: natsConnector(config, `hono-outbox ${config.ROLES.join('+')}`),
-    ...(faults ? { relayFaults: faults } : {}),
-    ...(options.relayRun ? { relayRun: options.relayRun } : {}),
-  });
+  const consumerFaults = consumerFaultsFromEnv(process.env);
+  let service: Service;
+  try {
+    service = await createService(config, {
+      client,
+      log,
+      connect: natsConnector(config, `hono-outbox ${config.ROLES.join('+')}`),
+      openSubscriberDb: (name) => openSubscriberDb(config, name),
+      ...(faults ? { relayFaults: faults } : {}),
+      ...(consumerFaults ? { consumerFaults } : {}),
+      ...((process.env.HONO_OUTBOX_TEST_FAULT ?? '').split(',').includes('no-inbox') ? { brokenNoInbox: true } : {}),
+      ...(options.relayRun ? { relayRun: options.relayRun } : {}),
+    });
+  } catch (error) {
+    if (error instanceof Error && REFUSALS.has(error.name)) {
+      console.error(error.message);
+      process.exit(2);
+    }
+    throw error;
+  }
   return { config, log, service, client };
 }
 

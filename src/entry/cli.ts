@@ -6,13 +6,22 @@ import { compactOutbox } from '../outbox/compact-outbox.ts';
 import { listFailed, requeueFailed } from '../outbox/failed-rows.ts';
 import { readOutboxStats } from '../outbox/outbox-stats.ts';
 import { parseArgs, parseDuration, parsePositiveInt, UsageError } from './args.ts';
-import { loadConfigOrExit, MIGRATIONS_FOLDER, openClient } from './boot.ts';
+import { loadConfigOrExit, MIGRATIONS_FOLDER, openClient, openSubscriberDb } from './boot.ts';
+import { findSubscriber } from '../consumers/subscribers.ts';
+import { createAppRegistry } from '../events/catalog.ts';
+import { listDeadLetters, replayDeadLetters } from '../inbox/dead-letters.ts';
+import { createInboxDeps } from '../inbox/handle-once.ts';
+import { compactInbox } from '../inbox/retention.ts';
+import { createMetrics } from '../metrics/metrics.ts';
 
 const USAGE = `usage: npm run cli -- <command> [options]
   outbox:stats                                   counts by status and the age of the oldest pending row
   outbox:failed [--limit 100]                    parked rows with their last error
   outbox:retry-failed (--id <event id> | --all)  put failed rows back to pending with attempts 0
-  outbox:compact [--older-than 7d] [--batch 10000]  delete sent rows older than the cutoff, in batches`;
+  outbox:compact [--older-than 7d] [--batch 10000]  delete sent rows older than the cutoff, in batches
+  inbox:dead-letters --consumer <name>           a subscriber's dead letters with their errors
+  inbox:replay --consumer <name> (--id <event id> | --all)  re-apply dead letters through the inbox
+  inbox:compact --consumer <name> [--older-than 30d] [--batch 10000]  delete inbox rows older than the cutoff`;
 
 type Command = (args: string[]) => Promise<void>;
 
@@ -23,6 +32,26 @@ async function withDatabase<T>(fn: (d: { db: ReturnType<typeof createDatabase>; 
     if (config.MIGRATE_ON_START) await migrateDatabase(client, MIGRATIONS_FOLDER);
     const db = createDatabase(client);
     return await fn({ db, writer: createWriter(db) });
+  } finally {
+    client.close();
+  }
+}
+
+/** Opens the subscriber named by --consumer: its database, write queue and inbox dependencies. */
+async function withSubscriber<T>(name: string | undefined, fn: (s: { db: ReturnType<typeof createDatabase>; inbox: ReturnType<typeof createInboxDeps> }) => Promise<T>): Promise<T> {
+  if (!name) throw new UsageError('--consumer <name> is required');
+  let subscriber;
+  try {
+    subscriber = findSubscriber(name);
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
+  const config = loadConfigOrExit();
+  const client = await openSubscriberDb(config, name);
+  try {
+    const db = createDatabase(client);
+    const inbox = createInboxDeps(subscriber, { writer: createWriter(db), registry: createAppRegistry(), metrics: createMetrics(), maxDeliver: config.CONSUMER_MAX_DELIVER });
+    return await fn({ db, inbox });
   } finally {
     client.close();
   }
@@ -63,6 +92,28 @@ const commands: Record<string, Command> = {
       compactOutbox(d, { cutoffMs, batch, onBatch: (p) => console.log(`batch ${p.batches}: ${p.deleted} sent row(s) deleted so far`) }),
     );
     console.log(`deleted ${result.deleted} sent row(s) older than ${new Date(cutoffMs).toISOString()} in ${result.batches} batch(es)`);
+  },
+  'inbox:dead-letters': async (argv) => {
+    const { values } = parseArgs(argv, { values: ['consumer'] });
+    const letters = await withSubscriber(values.consumer, ({ db }) => listDeadLetters(db, values.consumer!));
+    if (letters.length === 0) console.log(`no dead letters for ${values.consumer}`);
+    for (const d of letters) {
+      console.log(`${d.eventId}  ${d.subject}  deliveries=${d.deliveries}  dead=${new Date(d.deadAt).toISOString()}\n    ${d.error}`);
+    }
+  },
+  'inbox:replay': async (argv) => {
+    const { values, flags } = parseArgs(argv, { values: ['consumer', 'id'], flags: ['all'] });
+    if (flags.has('all') === (values.id !== undefined)) throw new UsageError('give exactly one of --id <event id> or --all');
+    const report = await withSubscriber(values.consumer, ({ db, inbox }) => replayDeadLetters({ ...inbox, db }, values.id ?? 'all'));
+    console.log(JSON.stringify(report, null, 2));
+    if (report.failed.length > 0 || report.notFound.length > 0) process.exitCode = 1;
+  },
+  'inbox:compact': async (argv) => {
+    const { values } = parseArgs(argv, { values: ['consumer', 'older-than', 'batch'] });
+    const olderThanMs = parseDuration(values['older-than'] ?? '30d', 'older-than');
+    const batch = values.batch ? parsePositiveInt(values.batch, 'batch') : 10_000;
+    const result = await withSubscriber(values.consumer, ({ inbox }) => compactInbox({ writer: inbox.writer, clock: () => new Date() }, { olderThanMs, batch }));
+    console.log(`deleted ${result.deleted} inbox row(s) of ${values.consumer} received before ${new Date(result.cutoff).toISOString()} in ${result.batches} batch(es)`);
   },
 };
 

@@ -11,9 +11,8 @@ import { ensureStream, UnsafeStreamConfigError } from '../nats/ensure-stream.ts'
 import type { StreamSettings } from '../nats/stream-settings.ts';
 import { backoffDelay } from '../outbox/backoff.ts';
 import type { BrokerState } from '../outbox/relay.ts';
-import { describeError, handleOnce, type InboxDeps, type InboxResult } from './handle-once.ts';
+import { createInboxDeps, DEFAULT_MAX_DELIVER, describeError, handleBatch, type InboxDeps, type InboxResult } from './handle-once.ts';
 import { toInboxMessage, type InboxMessage } from './inbox-message.ts';
-import { createInboxMetrics } from './inbox-metrics.ts';
 import type { Subscriber } from './subscriber.ts';
 
 /** Test-only fault injection at the consumer's dangerous point. */
@@ -28,7 +27,7 @@ export type ConsumerFaults = {
 export type ConsumerRunnerOptions = Subscriber & {
   /** The subscriber's own database (never the service's). */
   db: Database;
-  /** Its write queue; created over `db` (group size = batch) when omitted. Share it with compaction and replay. */
+  /** Its write queue; created over `db` when omitted. Share it with compaction and replay (one queue per database). */
   writer?: Writer;
   registry: EventRegistry;
   log: Logger;
@@ -45,7 +44,7 @@ export type ConsumerRunnerOptions = Subscriber & {
   /** First nak delay of a failing message (default 1000), doubled per delivery up to maxNakDelayMs (default 30 000). */
   nakDelayMs?: number;
   maxNakDelayMs?: number;
-  /** Messages pulled and processed at a time (default 256); they share group commits. */
+  /** Most messages pulled ahead and processed in one write transaction (default 256). */
   batch?: number;
   /** Back-off while the broker is unreachable: base (default 1000) doubling up to max (default 30 000). */
   backoffBaseMs?: number;
@@ -54,8 +53,8 @@ export type ConsumerRunnerOptions = Subscriber & {
   idleCheckMs?: number;
   random?: () => number;
   faults?: ConsumerFaults;
-  /** Replaces handleOnce; only for the benchmark that measures what the inbox costs. */
-  process?: (msg: InboxMessage) => Promise<InboxResult>;
+  /** Replaces handleBatch; only for the benchmark that measures what the inbox costs. */
+  processBatch?: (msgs: InboxMessage[]) => Promise<InboxResult[]>;
 };
 
 export type ConsumerRunOptions = {
@@ -81,29 +80,28 @@ export type ConsumerRunner = {
 
 /**
  * Creates a subscriber's consumer loop: connect (retrying with back-off), ensure the stream and the durable pull
- * consumer, then pull batches and run handleOnce per message concurrently (the writer gives them one commit per
- * group, each in its own savepoint). Each message is acked only after its commit, nak'ed with a growing delay on
- * `retry`, terminated once dead-lettered. The durable consumer keeps the place across restarts of either side.
- * An unsafe stream or consumer configuration is fatal: `run` rejects.
+ * consumer, then hand the messages that arrived together (up to `batch`) to handleBatch, one write per batch, in
+ * delivery order. Each message is acked only after that commit, nak'ed with a growing delay on `retry`, terminated
+ * once dead-lettered. The durable consumer keeps the place across restarts of either side; the nats connection
+ * reconnects by itself and the pull resumes. A stop finishes the batch being written, acks it, and naks what was
+ * pulled but not started. An unsafe stream or consumer configuration is fatal: `run` rejects.
  */
 export function createConsumerRunner(o: ConsumerRunnerOptions): ConsumerRunner {
   const batch = o.batch ?? 256;
   const ackWaitMs = o.ackWaitMs ?? 30_000;
-  const maxDeliver = o.maxDeliver ?? 10;
+  const maxDeliver = o.maxDeliver ?? DEFAULT_MAX_DELIVER;
   const nakDelayMs = o.nakDelayMs ?? 1000;
   const maxNakDelayMs = o.maxNakDelayMs ?? 30_000;
   const backoff = { baseMs: o.backoffBaseMs ?? 1000, maxMs: o.maxBackoffMs ?? 30_000, random: o.random };
   const idleCheckMs = o.idleCheckMs ?? 250;
-  const inbox: InboxDeps = {
-    consumer: o.name,
-    writer: o.writer ?? createWriter(o.db, { maxGroup: batch }),
+  const inbox = createInboxDeps(o, {
+    writer: o.writer ?? createWriter(o.db),
     registry: o.registry,
-    handle: o.handle,
-    clock: o.clock ?? (() => new Date()),
-    metrics: createInboxMetrics(o.metrics),
+    metrics: o.metrics,
     maxDeliver,
-  };
-  const process = o.process ?? ((msg: InboxMessage) => handleOnce(inbox, msg));
+    ...(o.clock ? { clock: o.clock } : {}),
+  });
+  const processBatch = o.processBatch ?? ((msgs: InboxMessage[]) => handleBatch(inbox, msgs));
   const consumerSettings: ConsumerSettings = {
     stream: o.stream.name,
     name: o.name,
@@ -135,23 +133,31 @@ export function createConsumerRunner(o: ConsumerRunnerOptions): ConsumerRunner {
       let crash: { error: unknown } | undefined;
       let outage = 0;
 
+      /** Answers the broker after the commit. An answer lost with the connection only means a redelivery. */
       const respond = (m: JsMsg, msg: InboxMessage, result: InboxResult) => {
+        const send = (answer: () => void) => {
+          try {
+            answer();
+          } catch (error) {
+            o.log.warn('consumer: could not answer the broker; the message will be redelivered', { consumer: o.name, eventId: result.eventId, error: describeError(error) });
+          }
+        };
         switch (result.outcome) {
           case 'processed':
           case 'duplicate':
-            m.ack();
+            send(() => m.ack());
             if (result.outcome === 'processed') summary.processed++;
             else summary.duplicates++;
             break;
           case 'retry': {
             const delay = backoffDelay(msg.deliveryCount, { baseMs: nakDelayMs, maxMs: maxNakDelayMs, random: o.random });
-            m.nak(delay);
+            send(() => m.nak(delay));
             summary.retried++;
             o.log.warn('consumer: message failed, will be redelivered', { consumer: o.name, eventId: result.eventId, deliveries: msg.deliveryCount, delayMs: delay, error: result.error });
             break;
           }
           case 'dead-lettered':
-            m.term();
+            send(() => m.term());
             summary.deadLettered++;
             o.log.warn('consumer: message dead-lettered', { consumer: o.name, eventId: result.eventId, deliveries: msg.deliveryCount, error: result.error });
             break;
@@ -160,23 +166,26 @@ export function createConsumerRunner(o: ConsumerRunnerOptions): ConsumerRunner {
         if (options.maxMessages !== undefined && final >= options.maxMessages) stop.abort();
       };
 
-      const processOne = async (m: JsMsg): Promise<void> => {
-        const msg = toInboxMessage(m);
-        let result: InboxResult;
+      /** Processes messages in delivery order in one write; each is answered only after that write committed. */
+      const processMessages = async (batchMsgs: JsMsg[]): Promise<void> => {
+        const msgs = batchMsgs.map(toInboxMessage);
+        let results: InboxResult[];
         try {
-          result = await process(msg);
+          results = await processBatch(msgs);
         } catch (error) {
-          result = { outcome: 'retry', eventId: msg.fallbackId, error: describeError(error) };
+          results = msgs.map((m) => ({ outcome: 'retry', eventId: m.fallbackId, error: describeError(error) }));
         }
-        if (crash) return;
-        try {
-          await o.faults?.afterCommit?.(msg, result);
-        } catch (error) {
-          crash = { error };
-          stop.abort();
-          return;
+        for (let k = 0; k < msgs.length; k++) {
+          if (crash) return;
+          try {
+            await o.faults?.afterCommit?.(msgs[k]!, results[k]!);
+          } catch (error) {
+            crash = { error };
+            stop.abort();
+            return;
+          }
+          respond(batchMsgs[k]!, msgs[k]!, results[k]!);
         }
-        respond(m, msg, result);
       };
 
       /** One connection's worth of consuming; returns when stopped, throws when the broker side gives up. */
@@ -185,20 +194,32 @@ export function createConsumerRunner(o: ConsumerRunnerOptions): ConsumerRunner {
         const closeOnStop = () => void messages.close();
         stop.signal.addEventListener('abort', closeOnStop, { once: true });
         if (stop.signal.aborted) closeOnStop();
-        const inFlight = new Set<Promise<void>>();
+        const waiting: JsMsg[] = [];
+        let working: Promise<void> | undefined;
         let lastDelivery = Date.now();
         const sessionEnd = new AbortController();
         const sessionOver = AbortSignal.any([stop.signal, sessionEnd.signal]);
         const idleWatch = options.untilIdle ? watchIdle() : undefined;
 
+        // Takes up to `batch` waiting messages at a time, until stopped. A short macrotask pause first lets every
+        // message of the socket read that woke us join the batch, instead of the first one committing alone.
+        async function work(): Promise<void> {
+          await null; // never settle synchronously: `working` is assigned before it is cleared below
+          while (waiting.length > 0 && !crash && !stop.signal.aborted) {
+            if (waiting.length < batch) await new Promise((r) => setTimeout(r, 0));
+            await processMessages(waiting.splice(0, batch));
+          }
+          working = undefined;
+        }
+
         async function watchIdle(): Promise<void> {
           while (!sessionOver.aborted) {
             await sleep(idleCheckMs, sessionOver);
-            if (sessionOver.aborted || inFlight.size > 0 || Date.now() - lastDelivery < idleCheckMs) continue;
+            if (sessionOver.aborted || working || waiting.length > 0 || Date.now() - lastDelivery < idleCheckMs) continue;
             try {
               await nc.flush();
               const info = await consumer.info();
-              if (info.num_pending === 0 && info.num_ack_pending === 0 && inFlight.size === 0) stop.abort();
+              if (info.num_pending === 0 && info.num_ack_pending === 0 && !working && waiting.length === 0) stop.abort();
             } catch {
               // The broker is away; the session notices on its own. Ask again later.
             }
@@ -213,13 +234,15 @@ export function createConsumerRunner(o: ConsumerRunnerOptions): ConsumerRunner {
               m.nak(); // pulled but not started: hand it back at once rather than after ack_wait
               continue;
             }
-            const p: Promise<void> = processOne(m).finally(() => inFlight.delete(p));
-            inFlight.add(p);
-            while (inFlight.size >= batch) await Promise.race(inFlight);
+            waiting.push(m);
+            if (!working) working = work();
+            // Back-pressure: at most one batch waits while another is being written.
+            while (waiting.length >= batch && working) await working;
           }
         } finally {
           stop.signal.removeEventListener('abort', closeOnStop);
-          await Promise.all(inFlight);
+          await working;
+          if (!crash) for (const m of waiting.splice(0)) m.nak();
           lastDelivery = Date.now();
           if (!crash) await nc.flush().catch(() => undefined); // the acks reach the broker before the connection closes
           if (!stop.signal.aborted) void messages.close();

@@ -12,6 +12,28 @@ export async function insertInboxRow(tx: Tx, row: { eventId: string; consumer: s
   return res.rowsAffected === 1;
 }
 
+/**
+ * Claims many events for `consumer` in one statement in the caller's transaction and returns the ids that were
+ * new (a second copy of an id within `rows` is not new). The rows travel as one JSON parameter expanded by
+ * json_each: binding four parameters a row, or drizzle's multi-row builder, costs more than the inserts.
+ * Must be part of the transaction that applies them.
+ */
+export async function claimInboxRows(
+  tx: Tx,
+  consumer: string,
+  rows: Array<{ eventId: string; messageType: string }>,
+  receivedAt: number,
+): Promise<Set<string>> {
+  if (rows.length === 0) return new Set();
+  const json = JSON.stringify(rows.map((r) => [r.eventId, r.messageType]));
+  // `WHERE true` lets SQLite parse the upsert clause after a SELECT.
+  const inserted = await tx.all<{ event_id: string }>(sql`
+    INSERT INTO inbox (event_id, consumer, message_type, received_at)
+    SELECT value ->> 0, ${consumer}, value ->> 1, ${receivedAt} FROM json_each(${json}) WHERE true
+    ON CONFLICT DO NOTHING RETURNING event_id`);
+  return new Set(inserted.map((r) => r.event_id));
+}
+
 /** Stores (or refreshes) the dead letter of a message with the error that stopped it, in the caller's transaction. */
 export async function storeDeadLetter(
   tx: Tx,

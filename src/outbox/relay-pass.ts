@@ -27,6 +27,10 @@ export type RelayFaults = {
   beforePublish?(row: PendingRow): Error | undefined;
   /** Runs after the PubAcks of a pass and before they are marked sent; throwing simulates a crash there. */
   afterPubAcks?(acked: PendingRow[]): void | Promise<void>;
+  /** The broken variant the torture checker must catch: mark rows sent before publishing them. */
+  markBeforePublish?: boolean;
+  /** Runs after the rows of a pass were fetched (and, in the broken variant, marked) and before any is published. */
+  beforePublishing?(rows: PendingRow[]): void | Promise<void>;
 };
 
 export type RelayPassDeps = {
@@ -91,6 +95,8 @@ export async function relayPass(deps: RelayPassDeps, js: JetStreamClient): Promi
   const rows = await fetchPending(deps.db, nowMs, s.batch);
   const result: RelayPassResult = { fetched: rows.length, published: 0, duplicates: 0, failed: 0, parked: 0 };
   if (rows.length === 0) return result;
+  if (deps.faults?.markBeforePublish) await deps.writer.write((tx) => markSent(tx, rows.map((r) => r.seq), nowMs));
+  await deps.faults?.beforePublishing?.(rows);
 
   const acked: Array<{ row: PendingRow; ack: PubAck; at: number }> = [];
   const failures: Array<{ row: PendingRow; error: string }> = [];

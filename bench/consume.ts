@@ -1,0 +1,135 @@
+// node --import tsx bench/consume.ts [--events 20000] [--rounds 5] [--batch 256]
+// Pre-publishes M order events (~300 B) to a fresh stream on a private nats-server, then consumes all of them with
+// the `reporting` handler (a) through the inbox (handleBatch: one write per pulled batch with the inbox claims and
+// the effects, ack after commit) and (b) through the same runner, batching and validation without the inbox claim. Each round
+// uses fresh durable consumers and fresh subscriber databases; medians are reported. No assertion on timings.
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { headers } from '@nats-io/nats-core';
+import { connect } from '@nats-io/transport-node';
+import { loadavg } from 'node:os';
+import { reporting } from '../src/consumers/reporting/reporting.ts';
+import { createAppRegistry } from '../src/events/catalog.ts';
+import type { IntegrationEvent } from '../src/events/integration-event.ts';
+import { applyWithoutInbox } from '../src/inbox/without-inbox.ts';
+import { createUuidV7 } from '../src/ids.ts';
+import { ensureStream } from '../src/nats/ensure-stream.ts';
+import { createSubscriberDb, testRunner } from '../test/support/consumer.ts';
+import { TEST_STREAM } from '../test/support/relay.ts';
+import { numberArg, percentile, round, saveResult, startNats } from './support.ts';
+
+const M = numberArg('events', 20_000);
+const ROUNDS = numberArg('rounds', 5);
+const BATCH = numberArg('batch', 256);
+const IN_FLIGHT = 256;
+
+function orderEvents(n: number): IntegrationEvent[] {
+  const newId = createUuidV7();
+  return Array.from({ length: n }, (_, i) => {
+    const orderId = newId();
+    const at = new Date(Date.UTC(2026, 0, 1) + i).toISOString();
+    const items = [{ sku: `sku-${i % 97}`, quantity: 1 + (i % 3), unitPriceCents: 1250 }];
+    return {
+      eventId: newId(),
+      type: 'order.placed.v1',
+      aggregateType: 'order',
+      aggregateId: orderId,
+      aggregateVersion: 1,
+      occurredAt: at,
+      data: { orderId, customerId: `c${i % 500}`, currency: 'EUR', items, totalCents: items.reduce((s, l) => s + l.quantity * l.unitPriceCents, 0), placedAt: at },
+    };
+  });
+}
+
+async function prePublish(url: string, stream: typeof TEST_STREAM, events: IntegrationEvent[]): Promise<number> {
+  const nc = await connect({ servers: [url] });
+  await ensureStream(await jetstreamManager(nc), stream);
+  const js = jetstream(nc);
+  const enc = new TextEncoder();
+  const inFlight = new Set<Promise<unknown>>();
+  let bytes = 0;
+  for (const e of events) {
+    while (inFlight.size >= IN_FLIGHT) await Promise.race(inFlight);
+    const body = enc.encode(JSON.stringify(e));
+    bytes += body.length;
+    const h = headers();
+    h.set('Event-Type', e.type);
+    h.set('Content-Type', 'application/json');
+    const p = js.publish(`${stream.prefix}.order.${e.aggregateId}`, body, { msgID: e.eventId, headers: h }).finally(() => inFlight.delete(p));
+    inFlight.add(p);
+  }
+  await Promise.all(inFlight);
+  await nc.close();
+  return Math.round(bytes / events.length);
+}
+
+/** Consumes the whole stream with a fresh durable consumer and database; returns events/s. */
+async function consumeAll(url: string, stream: typeof TEST_STREAM, name: string, withInbox: boolean): Promise<{ perSec: number; perCpuSec: number; check: number }> {
+  const sdb = await createSubscriberDb();
+  try {
+    // Same decode and validation, same one-write-per-batch shape, handler in order: only the inbox claim is missing.
+    const withoutInbox = applyWithoutInbox(sdb.writer, createAppRegistry(), reporting.handle);
+    const runner = testRunner(sdb, url, { ...reporting, name }, stream, { batch: BATCH, ...(withInbox ? {} : { processBatch: withoutInbox }) });
+    const start = performance.now();
+    const cpu0 = process.cpuUsage();
+    const summary = await runner.run({ maxMessages: M, timeLimitMs: 600_000 });
+    const secs = (performance.now() - start) / 1000;
+    const cpu = process.cpuUsage(cpu0);
+    if (summary.processed !== M) throw new Error(`${name}: processed ${summary.processed} of ${M}`);
+    const check = Number((await sdb.client.execute('SELECT sum(orders_placed) FROM customer_reports')).rows[0]![0]);
+    return { perSec: M / secs, perCpuSec: M / ((cpu.user + cpu.system) / 1e6), check };
+  } finally {
+    sdb.close();
+  }
+}
+
+async function main() {
+  const nats = await startNats();
+  try {
+    const stream = { ...TEST_STREAM, name: 'CONSUME_BENCH', prefix: 'cb', maxBytes: 2 * 1024 ** 3 };
+    const avgBytes = await prePublish(nats.url, stream, orderEvents(M));
+    const inbox: number[] = [];
+    const plain: number[] = [];
+    const inboxCpu: number[] = [];
+    const plainCpu: number[] = [];
+    for (let r = 0; r < ROUNDS; r++) {
+      // alternate the order so neither path always runs on a warmer process
+      const order = r % 2 === 0 ? [true, false] : [false, true];
+      for (const withInbox of order) {
+        const res = await consumeAll(nats.url, stream, `${withInbox ? 'inbox' : 'plain'}_${r}`, withInbox);
+        if (res.check !== M) throw new Error(`read model counted ${res.check} of ${M} events`);
+        (withInbox ? inbox : plain).push(res.perSec);
+        (withInbox ? inboxCpu : plainCpu).push(res.perCpuSec);
+      }
+    }
+    const a = percentile(inbox, 50);
+    const b = percentile(plain, 50);
+    const aCpu = percentile(inboxCpu, 50);
+    const bCpu = percentile(plainCpu, 50);
+    const result = {
+      bench: 'consume',
+      events: M,
+      avgPayloadBytes: avgBytes,
+      batch: BATCH,
+      rounds: ROUNDS,
+      inboxPerSec: Math.round(a),
+      withoutInboxPerSec: Math.round(b),
+      ratioInboxToWithout: round(a / b),
+      // events per CPU-second of this process: steadier than wall time on a shared machine
+      inboxPerCpuSec: Math.round(aCpu),
+      withoutInboxPerCpuSec: Math.round(bCpu),
+      cpuRatioInboxToWithout: round(aCpu / bCpu),
+      loadAverage: loadavg().map((x) => round(x)),
+      samples: { inbox: inbox.map((x) => Math.round(x)), withoutInbox: plain.map((x) => Math.round(x)) },
+    };
+    console.log(`(a) reporting through the inbox:  ${result.inboxPerSec} ev/s (median of ${ROUNDS}; ${M} × ~${avgBytes} B, batch ${BATCH})`);
+    console.log(`(b) same handler, no inbox row:   ${result.withoutInboxPerSec} ev/s`);
+    console.log(`    ratio a/b = ${result.ratioInboxToWithout} (target ≥ 0.8)`);
+    console.log(`    per CPU-second of the consumer: ${result.inboxPerCpuSec} vs ${result.withoutInboxPerCpuSec}, ratio ${result.cpuRatioInboxToWithout} (load average ${result.loadAverage.join(' ')})`);
+    console.log(JSON.stringify(result));
+    console.log(`results: ${saveResult('consume', result)}`);
+  } finally {
+    await nats[Symbol.asyncDispose]();
+  }
+}
+
+await main();

@@ -1,0 +1,22 @@
+// `npm run consume -- <name>`: one subscriber alone, for a supervisor or a container.
+import { findSubscriber, subscribers } from '../consumers/subscribers.ts';
+import { parseArgs, UsageError } from './args.ts';
+import { boot, stopOnSignals } from './boot.ts';
+import { serveOnNode } from './serve-node.ts';
+
+const USAGE = `usage: npm run consume -- <${Object.keys(subscribers).join('|')}>`;
+
+let name: string;
+try {
+  const { positional } = parseArgs(process.argv.slice(2), { values: [] });
+  if (positional.length !== 1) throw new UsageError(positional.length ? `unexpected argument ${positional[1]}` : 'missing subscriber name');
+  name = positional[0]!;
+  findSubscriber(name);
+} catch (error) {
+  if (!(error instanceof Error) || !(error instanceof UsageError || error.name === 'UnknownSubscriberError')) throw error;
+  console.error(`${error.message}\n${USAGE}`);
+  process.exit(2);
+}
+
+const started = await boot({ env: { ROLES: 'consumers', CONSUMERS: name } });
+stopOnSignals(started, serveOnNode(started));

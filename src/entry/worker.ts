@@ -1,0 +1,167 @@
+// Cloudflare Workers entry: `fetch` serves the HTTP app over a remote libSQL database (hrana over HTTP), and
+// `scheduled` (a cron trigger) runs one bounded relay pass that publishes over NATS WebSocket.
+// Nothing here, nor anything it imports, may use node:* modules: the worker is bundled without nodejs_compat.
+import { createClient, type Client } from '@libsql/client/web';
+import type { Hono } from 'hono';
+import { wsconnect } from '@nats-io/nats-core';
+import { createApp } from '../app.ts';
+import { ConfigError, parseConfig, type Config } from '../config.ts';
+import { createDatabase } from '../db/open-database.ts';
+import { createWriter } from '../db/writer.ts';
+import type { Deps } from '../deps.ts';
+import { AppError, toProblem } from '../errors.ts';
+import { createAppRegistry } from '../events/catalog.ts';
+import { createUuidV7 } from '../ids.ts';
+import { createLogger, type Logger } from '../logger.ts';
+import { createMetrics } from '../metrics/metrics.ts';
+import { natsConnectionOptions, type ConnectNats } from '../nats/connect.ts';
+import { streamSettingsFrom } from '../nats/stream-settings.ts';
+import { createOpsRoutes } from '../ops/ops.routes.ts';
+import { createOutboxMetrics, registerOutboxGauges } from '../outbox/outbox-metrics.ts';
+import { createRelay, type RelayRunSummary } from '../outbox/relay.ts';
+import { relaySettingsFrom } from '../outbox/relay-settings.ts';
+import { createSignal } from '../signal.ts';
+
+/** The bindings the worker reads (wrangler.toml [vars] and secrets); other keys of ConfigSchema apply too. */
+export type WorkerEnv = {
+  /** `libsql://…` or `https://…` of a libSQL server (sqld / Turso); local files are not reachable from a worker. */
+  DATABASE_URL?: string;
+  DATABASE_AUTH_TOKEN?: string;
+  /** `wss://host:443` of a NATS server's websocket listener; needed by the cron relay only. */
+  NATS_WS_URL?: string;
+  /** The content of a NATS `.creds` file (a worker has no files to read it from). */
+  NATS_CREDS?: string;
+  /** Wall-clock bound of one cron relay pass, in ms (default 25000). */
+  RELAY_TIME_LIMIT_MS?: string;
+  [binding: string]: unknown;
+};
+
+/** The parts of the Workers runtime API this entry uses (declared here to need no extra type package). */
+type ExecutionContext = { waitUntil(promise: Promise<unknown>): void };
+type ScheduledController = { scheduledTime: number; cron: string };
+
+const DEFAULT_RELAY_TIME_LIMIT_MS = 25_000;
+
+/** String bindings only (secrets and vars); NATS_WS_URL stands in for NATS_URL, the worker's only transport. */
+function configFrom(env: WorkerEnv): Config {
+  const strings: Record<string, string> = {};
+  for (const [k, v] of Object.entries(env)) if (typeof v === 'string') strings[k] = v;
+  if (strings.NATS_WS_URL) strings.NATS_URL = strings.NATS_WS_URL;
+  const config = parseConfig(strings);
+  if (!env.DATABASE_URL || config.DATABASE_URL.startsWith('file:')) {
+    throw new ConfigError('Invalid configuration: DATABASE_URL must be the URL of a libSQL server (libsql://, https:// or http://) in a worker');
+  }
+  return config;
+}
+
+function openRemoteClient(config: Config): Client {
+  return createClient({ url: config.DATABASE_URL, ...(config.DATABASE_AUTH_TOKEN ? { authToken: config.DATABASE_AUTH_TOKEN } : {}) });
+}
+
+/**
+ * The app for one request. Everything is built per request on purpose: workerd forbids a request from doing I/O on
+ * behalf of another, and the Writer's queue would run one request's transaction inside another's context. The
+ * in-process write queue is not needed either: the libSQL server serializes writers itself (BEGIN IMMEDIATE).
+ */
+function createRequestApp(config: Config, client: Client, log: Logger): Hono {
+  const db = createDatabase(client);
+  const clock = () => new Date();
+  const metrics = createMetrics();
+  registerOutboxGauges(metrics, db, clock);
+  const deps: Deps = {
+    db,
+    writer: createWriter(db),
+    registry: createAppRegistry(),
+    clock,
+    newId: createUuidV7(),
+    log,
+    // No relay lives in this isolate: a commit is published at the next cron tick.
+    outboxCommitted: createSignal(),
+  };
+  const app = createApp(deps, {
+    api: config.ROLES.includes('api'),
+    readiness: () => ({ nats: 'published by the cron trigger' }),
+    extend: (a) =>
+      a.route('/', createOpsRoutes({ db, clock, metrics, adminToken: config.ADMIN_TOKEN, outboxCommitted: deps.outboxCommitted, writer: deps.writer })),
+  });
+  return app;
+}
+
+/** NATS over WebSocket with the token, user/password or creds content from the bindings; TLS comes from `wss://`. */
+function wsConnector(config: Config): ConnectNats {
+  const options = natsConnectionOptions({
+    servers: config.NATS_URL.split(','),
+    name: 'hono-outbox worker relay',
+    ...(config.NATS_TOKEN ? { token: config.NATS_TOKEN } : {}),
+    ...(config.NATS_USER ? { user: config.NATS_USER, pass: config.NATS_PASSWORD ?? '' } : {}),
+    ...(config.NATS_CREDS ? { creds: new TextEncoder().encode(config.NATS_CREDS) } : {}),
+  });
+  // A cron pass is short: give up on an unreachable server instead of reconnecting for the whole time limit.
+  return () => wsconnect({ ...options, reconnect: false });
+}
+
+/**
+ * One bounded relay run: connect over WebSocket, ensure the stream, publish until nothing is due or the time limit
+ * passes. The in-process wake-up of the Node relay has no counterpart here, so events wait for the next tick.
+ */
+export async function runScheduledRelay(env: WorkerEnv): Promise<RelayRunSummary> {
+  const config = configFrom(env);
+  const log = createLogger(config.LOG_LEVEL);
+  if (!/^wss?:\/\//.test(config.NATS_URL)) throw new ConfigError('Invalid configuration: NATS_WS_URL must be a ws:// or wss:// URL in a worker');
+  const client = openRemoteClient(config);
+  const db = createDatabase(client);
+  const stream = streamSettingsFrom(config);
+  const timeLimitMs = Number(env.RELAY_TIME_LIMIT_MS ?? DEFAULT_RELAY_TIME_LIMIT_MS) || DEFAULT_RELAY_TIME_LIMIT_MS;
+  try {
+    const relay = createRelay({
+      db,
+      writer: createWriter(db),
+      registry: createAppRegistry(),
+      clock: () => new Date(),
+      log,
+      metrics: createOutboxMetrics(createMetrics()),
+      connect: wsConnector(config),
+      stream,
+      wake: createSignal(),
+      pollMs: config.RELAY_POLL_MS,
+      settings: relaySettingsFrom(config, stream),
+    });
+    const summary = await relay.run({ untilIdle: true, timeLimitMs });
+    log.info('relay pass done', { ...summary });
+    return summary;
+  } catch (error) {
+    log.error('relay pass failed', { error: String(error) });
+    throw error;
+  } finally {
+    client.close();
+  }
+}
+
+/** The answer while the bindings are invalid: the reason goes to the log, never to the client. */
+function misconfigured(path: string): Response {
+  const error = new AppError(500, 'misconfigured', 'Service misconfigured', 'The service is not configured; see the worker log.');
+  return new Response(JSON.stringify(toProblem(error, path)), { status: 500, headers: { 'Content-Type': 'application/problem+json' } });
+}
+
+export default {
+  async fetch(request: Request, env: WorkerEnv, ctx: ExecutionContext): Promise<Response> {
+    let config: Config;
+    try {
+      config = configFrom(env);
+    } catch (error) {
+      if (!(error instanceof ConfigError)) throw error;
+      console.error(error.message);
+      return misconfigured(new URL(request.url).pathname);
+    }
+    const client = openRemoteClient(config);
+    try {
+      return await createRequestApp(config, client, createLogger(config.LOG_LEVEL)).fetch(request, env, ctx as never);
+    } finally {
+      client.close();
+    }
+  },
+
+  scheduled(_controller: ScheduledController, env: WorkerEnv, ctx: ExecutionContext): void {
+    ctx.waitUntil(runScheduledRelay(env));
+  },
+};

@@ -1,0 +1,118 @@
+// The Cloudflare Workers entry, bundled by the pinned wrangler and run in workerd (`wrangler dev --local`), offline.
+// No libSQL server (sqld) can run on this machine, so the worker never reaches a database here: the tests cover
+// what workerd can show without one (see docs/production.md, "Edge: Cloudflare Workers").
+import { jetstreamManager } from '@nats-io/jetstream';
+import { millis } from '@nats-io/nats-core';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createTempDir, orderBody } from '../support/db.ts';
+import { startNats } from '../support/nats.ts';
+import { freePort, ROOT, waitForHttp, type ChildHandle } from '../support/process.ts';
+import { runGroupToExit, spawnGroup } from '../support/process-group.ts';
+import { natsClient } from '../support/relay.ts';
+import { eventually, json } from '../support/service.ts';
+
+const WRANGLER = join(ROOT, 'node_modules/wrangler/bin/wrangler.js');
+/** Keeps wrangler off the network: no telemetry, no update check, no download of the `Request.cf` object. */
+const OFFLINE = { WRANGLER_SEND_METRICS: 'false', WRANGLER_HIDE_BANNER: 'true', CLOUDFLARE_CF_FETCH_ENABLED: 'false' };
+
+const cleanups: Array<() => Promise<void> | void> = [];
+afterEach(async () => {
+  while (cleanups.length) await cleanups.pop()!();
+});
+
+type Worker = { url: string; child: ChildHandle };
+
+/** Starts `wrangler dev --local --test-scheduled` on free ports with `vars` as bindings (wrangler runs workerd as its child). */
+async function startWorker(vars: Record<string, string>): Promise<Worker> {
+  const port = await freePort();
+  const inspector = await freePort();
+  const state = createTempDir('hono-outbox-wrangler-');
+  const args = [WRANGLER, 'dev', '--local', '--test-scheduled', '--ip', '127.0.0.1', '--port', String(port), '--inspector-port', String(inspector)];
+  args.push('--persist-to', state.dir, '--show-interactive-dev-session=false', '--log-level', 'info');
+  for (const [k, v] of Object.entries(vars)) args.push('--var', `${k}:${v}`);
+  const child = spawnGroup(process.execPath, args, { ...OFFLINE, WRANGLER_LOG_PATH: state.dir });
+  cleanups.push(() => state[Symbol.dispose]());
+  cleanups.push(async () => void (await child.kill9()));
+  const url = `http://127.0.0.1:${port}`;
+  await waitForHttp(`${url}/health`, { child, timeoutMs: 45_000 });
+  return { url, child };
+}
+
+/** A local URL where nothing listens: the database the worker is told to use cannot be reached. */
+async function closedDatabaseUrl(): Promise<string> {
+  return `http://127.0.0.1:${await freePort()}`;
+}
+
+describe('worker - the Workers entry bundled by wrangler and run in workerd', () => {
+  it('wrangler deploy --dry-run bundles src/entry/worker.ts offline, with no node:* module in the bundle', async () => {
+    const out = createTempDir('hono-outbox-bundle-');
+    cleanups.push(() => out[Symbol.dispose]());
+    const meta = join(out.dir, 'meta.json');
+    const res = await runGroupToExit(process.execPath, [WRANGLER, 'deploy', '--dry-run', '--outdir', out.dir, '--metafile', meta], OFFLINE, { timeoutMs: 60_000 });
+    expect(res.code, res.output).toBe(0);
+    expect(existsSync(join(out.dir, 'worker.js'))).toBe(true);
+
+    const inputs = (JSON.parse(readFileSync(meta, 'utf8')) as { inputs: Record<string, { imports: Array<{ path: string }> }> }).inputs;
+    const nodeImports = Object.entries(inputs).flatMap(([file, i]) => i.imports.filter((imp) => imp.path.startsWith('node:')).map((imp) => `${file} -> ${imp.path}`));
+    expect(nodeImports).toEqual([]);
+    // the web client (hrana over fetch), not the native driver, is what the worker talks to the database with
+    expect(Object.keys(inputs).some((f) => f.includes('@libsql/client/lib-esm/web.js'))).toBe(true);
+    expect(Object.keys(inputs).some((f) => f.includes('@libsql/client/lib-esm/node.js') || f.includes('node_modules/libsql/'))).toBe(false);
+  });
+
+  it('fetch - workerd serves /health, and a command against an unreachable database answers 503 problem+json with Retry-After', async () => {
+    const worker = await startWorker({ DATABASE_URL: await closedDatabaseUrl() });
+
+    const health = await fetch(`${worker.url}/health`);
+    expect(health.status).toBe(200);
+    expect(await health.json()).toEqual({ status: 'ok' });
+
+    const placed = await fetch(`${worker.url}/orders`, json(orderBody()));
+    expect(placed.status, worker.child.output()).toBe(503);
+    expect(placed.headers.get('content-type')).toBe('application/problem+json');
+    expect(placed.headers.get('retry-after')).toBe('1');
+    expect(await placed.json()).toMatchObject({ status: 503, title: 'Service unavailable', instance: '/orders' });
+
+    // reads go through drizzle, which wraps the driver's error: still a 503, not a 500
+    const stats = await fetch(`${worker.url}/outbox/stats`);
+    expect(stats.status, worker.child.output()).toBe(503);
+    await stats.body?.cancel();
+    const ready = await fetch(`${worker.url}/ready`);
+    expect(ready.status).toBe(503);
+    expect(await ready.json()).toMatchObject({ status: 'unavailable', database: 'unavailable' });
+
+    // invalid input is still refused before any database work
+    const invalid = await fetch(`${worker.url}/orders`, json({}));
+    expect(invalid.status).toBe(400);
+    await invalid.body?.cancel();
+  });
+
+  it('scheduled - the cron relay in workerd connects to NATS over WebSocket and creates the stream, then stops at the unreachable outbox', async () => {
+    await using nats = await startNats({ websocket: true });
+    const worker = await startWorker({
+      DATABASE_URL: await closedDatabaseUrl(),
+      NATS_WS_URL: `ws://127.0.0.1:${nats.wsPort}`,
+      RELAY_TIME_LIMIT_MS: '10000',
+    });
+
+    const tick = await fetch(`${worker.url}/__scheduled?cron=*+*+*+*+*`);
+    expect(tick.status).toBe(200);
+    await tick.body?.cancel();
+
+    // the stream exists only if the worker's relay reached JetStream through wsconnect inside workerd
+    const nc = await natsClient(nats.url);
+    cleanups.push(() => nc.close());
+    const jsm = await jetstreamManager(nc);
+    const info = await eventually(() => jsm.streams.info('EVENTS').catch(() => undefined), 20_000);
+    expect(info, worker.child.output()).toBeDefined();
+    expect(info!.config.subjects).toEqual(['events.>']);
+    expect(millis(info!.config.duplicate_window)).toBe(10 * 60 * 1000);
+    expect(info!.state.messages).toBe(0);
+
+    // then the pass needs the outbox, which no libSQL server here can provide: it fails and says so
+    const failed = await eventually(async () => worker.child.output().includes('relay pass failed'), 20_000);
+    expect(failed, worker.child.output()).toBe(true);
+  });
+});
