@@ -21,7 +21,7 @@ import { createSignal } from './signal.ts';
 import { findSubscriber, subscribers } from './consumers/subscribers.ts';
 import { createReportRoutes } from './consumers/consumers.routes.ts';
 import { createConsumerRunner, type ConsumerFaults, type ConsumerRunner } from './inbox/consumer-runner.ts';
-import { assertSafeRetention } from './inbox/retention.ts';
+import { assertSafeRetention, compactInboxPeriodically } from './inbox/retention.ts';
 import { applyWithoutInbox } from './inbox/without-inbox.ts';
 
 export type ServiceIo = {
@@ -149,6 +149,7 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
       });
       consumers.push(runner);
       background.push(runner.run({ signal: stop.signal }).then(() => undefined));
+      background.push(compactInboxPeriodically({ writer, clock, log: io.log, name }, config.INBOX_RETENTION_DAYS * 86_400_000, stop.signal));
     }
   }
 

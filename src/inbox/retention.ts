@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Writer } from '../db/writer.ts';
+import type { Logger } from '../logger.ts';
 
 export const DEFAULT_INBOX_RETENTION_MS = 30 * 24 * 3600 * 1000;
 
@@ -66,4 +67,36 @@ export function assertSafeRetention(s: RetentionSettings): void {
   throw new UnsafeRetentionError(
     `Refusing inbox retention of ${s.retentionMs} ms: it must be at least ${minimum} ms, the stream's duplicate window (${s.duplicateWindowMs} ms) plus the redelivery horizon (${horizon} ms = max_deliver ${s.maxDeliver} × (ack_wait ${s.ackWaitMs} ms + max back-off ${s.maxBackoffMs} ms)).`,
   );
+}
+
+/**
+ * Deletes inbox rows older than `retentionMs` once an hour (and once shortly after start) until `signal` aborts.
+ * Failures are logged and retried at the next tick: compaction is housekeeping, never a reason to stop consuming.
+ */
+export async function compactInboxPeriodically(
+  deps: { writer: Writer; clock: () => Date; log: Logger; name: string },
+  retentionMs: number,
+  signal: AbortSignal,
+  everyMs = 3_600_000,
+): Promise<void> {
+  let wait = Math.min(everyMs, 60_000);
+  while (!signal.aborted) {
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(done, wait);
+      function done() {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', done);
+        resolve();
+      }
+      signal.addEventListener('abort', done, { once: true });
+    });
+    if (signal.aborted) return;
+    try {
+      const result = await compactInbox(deps, { olderThanMs: retentionMs });
+      if (result.deleted > 0) deps.log.info('inbox compacted', { consumer: deps.name, ...result });
+    } catch (error) {
+      deps.log.warn('inbox compaction failed', { consumer: deps.name, error: String(error) });
+    }
+    wait = everyMs;
+  }
 }

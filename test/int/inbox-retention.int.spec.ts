@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { insertInboxRow } from '../../src/inbox/inbox-store.ts';
-import { assertSafeRetention, compactInbox, DEFAULT_INBOX_RETENTION_MS, minimumRetentionMs, UnsafeRetentionError } from '../../src/inbox/retention.ts';
+import { assertSafeRetention, compactInbox, compactInboxPeriodically, DEFAULT_INBOX_RETENTION_MS, minimumRetentionMs, UnsafeRetentionError } from '../../src/inbox/retention.ts';
 import { countRows, createSubscriberDb, type SubscriberDb } from '../support/consumer.ts';
 
 const DAY = 24 * 3600 * 1000;
@@ -37,6 +37,18 @@ describe('inbox - retention', () => {
     const again = await compactInbox({ writer: sdb.writer, clock: () => new Date(NOW) }, { olderThanMs: 30 * DAY, batch: 3 });
     expect(again).toMatchObject({ deleted: 0, batches: 0 });
     expect(await countRows(sdb.client, 'inbox')).toBe(4);
+  });
+
+  it('the consumers role compacts the inbox on its own, on every tick, until stopped', async () => {
+    const sdb = await inboxWith([{ id: 'old', ageDays: 40 }, { id: 'new', ageDays: 1 }]);
+    const stop = new AbortController();
+    const log = { debug() {}, info() {}, warn() {}, error() {} };
+    const running = compactInboxPeriodically({ writer: sdb.writer, clock: () => new Date(NOW), log, name: 'reporting' }, 30 * DAY, stop.signal, 20);
+    for (let i = 0; i < 200 && (await countRows(sdb.client, 'inbox')) > 1; i++) await new Promise((r) => setTimeout(r, 10));
+    stop.abort();
+    await running;
+    const left = await sdb.client.execute('SELECT event_id FROM inbox');
+    expect(left.rows.map((r) => r.event_id)).toEqual(['new']);
   });
 
   it('compaction leaves dead letters alone', async () => {
