@@ -17,6 +17,14 @@ type Job = { fn: (tx: Tx) => Promise<unknown>; resolve: (v: unknown) => void; re
 type Outcome = { ok: true; value: unknown } | { ok: false; error: unknown };
 
 /**
+ * Runs `fn` after the event loop's current turn, so requests whose bytes arrived together are all parsed and
+ * queued before the first transaction starts (a microtask would commit the first one alone). setImmediate where
+ * the runtime has it, a zero timeout elsewhere (Workers).
+ */
+const nextTurn: (fn: () => void) => void =
+  typeof setImmediate === 'function' ? (fn) => void setImmediate(fn) : (fn) => void setTimeout(fn, 0);
+
+/**
  * One write queue per database per process. @libsql/client's local driver is synchronous, so a second
  * in-process BEGIN IMMEDIATE while one is open would block the event loop until the busy timeout; the queue
  * avoids that, and it is where group commit happens: up to `maxGroup` queued writes share one fsync.
@@ -73,7 +81,7 @@ export function createWriter(db: Database, options: { maxGroup?: number } = {}):
     write<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
       return new Promise<T>((resolve, reject) => {
         queue.push({ fn, resolve: resolve as (v: unknown) => void, reject });
-        draining ??= Promise.resolve().then(drain);
+        draining ??= new Promise<void>((resolve) => nextTurn(() => resolve(drain())));
       });
     },
     async idle() {

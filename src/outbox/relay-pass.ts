@@ -1,10 +1,11 @@
-import { headers as natsHeaders } from '@nats-io/nats-core';
+import type { MsgHdrs } from '@nats-io/nats-core';
 import type { JetStreamClient, PubAck } from '@nats-io/jetstream';
 import type { Database } from '../db/open-database.ts';
 import type { Writer } from '../db/writer.ts';
 import type { EventRegistry } from '../events/registry.ts';
 import { eventSubject } from '../nats/stream-settings.ts';
 import { backoffDelay } from './backoff.ts';
+import { eventHeaders } from './event-headers.ts';
 import type { OutboxMetrics } from './outbox-metrics.ts';
 import { createInFlight } from './in-flight.ts';
 import { isBrokerUnavailable } from './publish-errors.ts';
@@ -54,7 +55,7 @@ export type RelayPassResult = {
   brokerError?: unknown;
 };
 
-type Prepared = { subject: string; data: Uint8Array; headers: ReturnType<typeof natsHeaders> };
+type Prepared = { subject: string; data: Uint8Array; headers: MsgHdrs };
 
 const encoder = new TextEncoder();
 
@@ -65,16 +66,7 @@ function prepare(row: PendingRow, registry: EventRegistry, s: RelayPassSettings)
     throw new Error('outbox row columns do not match its payload');
   }
   const data = encoder.encode(row.payload);
-  const h = natsHeaders();
-  h.set('Event-Type', row.message_type);
-  h.set('Aggregate-Type', row.aggregate_type);
-  h.set('Aggregate-Id', row.aggregate_id);
-  h.set('Aggregate-Version', String(event.aggregateVersion));
-  h.set('Occurred-At', event.occurredAt);
-  h.set('Content-Type', 'application/json');
-  const extra = JSON.parse(row.headers || '{}') as { traceparent?: unknown; correlationId?: unknown };
-  if (typeof extra.traceparent === 'string') h.set('traceparent', extra.traceparent);
-  if (typeof extra.correlationId === 'string') h.set('Correlation-Id', extra.correlationId);
+  const h = eventHeaders(event, JSON.parse(row.headers || '{}') as Record<string, unknown>);
   const headerBytes = 512 + row.id.length;
   if (data.length + headerBytes > s.maxMsgSize) {
     throw new Error(`message of ${data.length} bytes exceeds the stream's maximum message size (${s.maxMsgSize} bytes)`);
