@@ -53,6 +53,17 @@ export type RelayPassResult = {
   parked: number;
   /** Set when the broker was unavailable: the pass stopped early and the worker should back off. */
   brokerError?: unknown;
+  /** The highest seq this pass fetched. */
+  lastSeq: number;
+  /** Settles when the pass's acknowledged rows are marked sent (at once unless `deferMark`). */
+  marked: Promise<void>;
+};
+
+export type RelayPassOptions = {
+  /** Fetch only rows after this seq: those up to it belong to a pass whose mark is still being written. */
+  afterSeq?: number;
+  /** Return once the PubAcks are in, with the mark-sent write still running in `marked`. */
+  deferMark?: boolean;
 };
 
 type Prepared = { subject: string; data: Uint8Array; headers: MsgHdrs };
@@ -81,11 +92,11 @@ function prepare(row: PendingRow, registry: EventRegistry, s: RelayPassSettings)
  * permanent failures. Once a row of an aggregate fails, later rows of that aggregate wait (this pass and
  * later ones, while the failed row waits or is parked). A broker outage ends the pass without touching attempts.
  */
-export async function relayPass(deps: RelayPassDeps, js: JetStreamClient): Promise<RelayPassResult> {
+export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, options: RelayPassOptions = {}): Promise<RelayPassResult> {
   const s = deps.settings;
   const nowMs = deps.clock().getTime();
-  const rows = await fetchPending(deps.db, nowMs, s.batch);
-  const result: RelayPassResult = { fetched: rows.length, published: 0, duplicates: 0, failed: 0, parked: 0 };
+  const rows = await fetchPending(deps.db, nowMs, s.batch, options.afterSeq ?? 0);
+  const result: RelayPassResult = { fetched: rows.length, published: 0, duplicates: 0, failed: 0, parked: 0, lastSeq: rows.at(-1)?.seq ?? 0, marked: Promise.resolve() };
   if (rows.length === 0) return result;
   if (deps.faults?.markBeforePublish) await deps.writer.write((tx) => markSent(tx, rows.map((r) => r.seq), nowMs));
   await deps.faults?.beforePublishing?.(rows);
@@ -143,7 +154,7 @@ export async function relayPass(deps: RelayPassDeps, js: JetStreamClient): Promi
 
   const doneMs = deps.clock().getTime();
   if (acked.length > 0 || failures.length > 0) {
-    await deps.writer.write(async (tx) => {
+    result.marked = deps.writer.write(async (tx) => {
       await markSent(tx, acked.map((a) => a.row.seq), doneMs);
       for (const f of failures) {
         const retryAt = doneMs + backoffDelay(f.row.attempts + 1, { baseMs: s.backoffBaseMs, maxMs: s.maxBackoffMs, random: deps.random });
@@ -151,6 +162,7 @@ export async function relayPass(deps: RelayPassDeps, js: JetStreamClient): Promi
         if (status === 'failed') result.parked++;
       }
     });
+    if (!options.deferMark) await result.marked;
   }
 
   for (const a of acked) {

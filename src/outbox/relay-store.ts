@@ -19,7 +19,7 @@ export type PendingRow = {
  */
 export const FETCH_PENDING_SQL = `SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.message_type, o.payload, o.headers, o.attempts, o.occurred_at
 FROM outbox o
-WHERE o.status = 'pending' AND o.available_at <= ?1
+WHERE o.status = 'pending' AND o.available_at <= ?1 AND o.seq > ?3
   AND NOT EXISTS (
     SELECT 1 FROM outbox h
     WHERE h.attempts > 0 AND h.status != 'sent'
@@ -28,9 +28,9 @@ WHERE o.status = 'pending' AND o.available_at <= ?1
 ORDER BY o.seq
 LIMIT ?2`;
 
-/** Reads up to `limit` pending rows that may be published now. */
-export async function fetchPending(db: Database, nowMs: number, limit: number): Promise<PendingRow[]> {
-  const res = await db.$client.execute({ sql: FETCH_PENDING_SQL, args: [nowMs, limit] });
+/** Reads up to `limit` pending rows that may be published now, after `afterSeq` (rows a pass still marks). */
+export async function fetchPending(db: Database, nowMs: number, limit: number, afterSeq = 0): Promise<PendingRow[]> {
+  const res = await db.$client.execute({ sql: FETCH_PENDING_SQL, args: [nowMs, limit, afterSeq] });
   return res.rows as unknown as PendingRow[];
 }
 

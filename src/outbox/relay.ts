@@ -56,6 +56,8 @@ export function createRelay(deps: RelayDeps): Relay {
       let nc: NatsConnection | undefined;
       let kicks: Subscription | undefined;
       let outage = 0;
+      let marking: Promise<void> | undefined;
+      let cursor = 0;
       const sleep = (ms: number) =>
         new Promise<void>((resolve) => {
           const t = setTimeout(done, ms);
@@ -93,7 +95,22 @@ export function createRelay(deps: RelayDeps): Relay {
             continue;
           }
 
-          const pass = await relayPass(deps, jetstream(nc, { timeout: deps.settings.publishTimeoutMs }));
+          // Draining a backlog (full batches), the next pass fetches and publishes the rows after a pass while
+          // that pass's mark-sent write runs (at most one mark outstanding). A partial pass, or one with failures,
+          // is marked before anything else is read: rows held back behind a failure are never fetched early, and
+          // the cursor resets as soon as the backlog is gone, so waiting retries come due again.
+          const pass = await relayPass(deps, jetstream(nc, { timeout: deps.settings.publishTimeoutMs }), {
+            afterSeq: marking ? cursor : 0,
+            deferMark: true,
+          });
+          await marking;
+          marking = undefined;
+          if (pass.failed > 0 || pass.brokerError !== undefined) await pass.marked;
+          else if (pass.fetched < deps.settings.batch) await pass.marked;
+          else {
+            marking = pass.marked;
+            cursor = pass.lastSeq;
+          }
           summary.passes++;
           summary.published += pass.published;
           summary.duplicates += pass.duplicates;
@@ -116,6 +133,7 @@ export function createRelay(deps: RelayDeps): Relay {
           }
         }
       } finally {
+        await marking;
         timers.forEach(clearTimeout);
         options.signal?.removeEventListener('abort', onAbort);
         kicks?.unsubscribe();

@@ -13,7 +13,7 @@ const QUERIES: Array<[string, string]> = [
 ];
 
 async function planOf(client: Client, query: string): Promise<string[]> {
-  const rs = await client.execute({ sql: `EXPLAIN QUERY PLAN ${query}`, args: [Date.now(), 500] });
+  const rs = await client.execute({ sql: `EXPLAIN QUERY PLAN ${query}`, args: query.includes('?3') ? [Date.now(), 500, 0] : [Date.now(), 500] });
   return rs.rows.map((r) => String(r.detail));
 }
 
