@@ -1,8 +1,10 @@
 import type { Database } from './db/open-database.ts';
-import type { Writer } from './db/writer.ts';
+import { createWriter, type Writer } from './db/writer.ts';
+import { createAppRegistry } from './events/catalog.ts';
 import type { EventRegistry } from './events/registry.ts';
+import { createUuidV7 } from './ids.ts';
 import type { Logger } from './logger.ts';
-import type { Signal } from './signal.ts';
+import { createSignal, type Signal } from './signal.ts';
 
 /** What the command side needs; entry files and tests build it, the core never reaches for globals. */
 export type Deps = {
@@ -15,3 +17,16 @@ export type Deps = {
   /** Wakes the in-process relay; call after a commit that appended outbox rows. */
   outboxCommitted: Signal;
 };
+
+/** Deps over `db` with its own write queue, the service's registry, the real clock and UUIDv7 ids; `over` replaces parts. */
+export function createDeps(db: Database, log: Logger, over: Partial<Omit<Deps, 'db' | 'log'>> = {}): Deps {
+  return {
+    db,
+    writer: over.writer ?? createWriter(db),
+    registry: over.registry ?? createAppRegistry(),
+    clock: over.clock ?? (() => new Date()),
+    newId: over.newId ?? createUuidV7(),
+    log,
+    outboxCommitted: over.outboxCommitted ?? createSignal(),
+  };
+}

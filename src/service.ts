@@ -4,9 +4,7 @@ import { createApp } from './app.ts';
 import type { Config } from './config.ts';
 import { createDatabase, type Database } from './db/open-database.ts';
 import { createWriter } from './db/writer.ts';
-import type { Deps } from './deps.ts';
-import { createAppRegistry } from './events/catalog.ts';
-import { createUuidV7 } from './ids.ts';
+import { createDeps, type Deps } from './deps.ts';
 import type { Logger } from './logger.ts';
 import { createMetrics, type Metrics } from './metrics/metrics.ts';
 import type { ConnectNats } from './nats/connect.ts';
@@ -69,13 +67,8 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
       ? createKicker({ connect: io.connect, subject: kickSubject(stream.name), log: io.log, maxBackoffMs: config.RELAY_MAX_BACKOFF_MS })
       : undefined;
 
-  const deps: Deps = {
-    db,
-    writer: createWriter(db),
-    registry: createAppRegistry(),
+  const deps = createDeps(db, io.log, {
     clock,
-    newId: createUuidV7(),
-    log: io.log,
     outboxCommitted: {
       notify() {
         relayWake.notify();
@@ -83,7 +76,7 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
       },
       wait: (ms, abort) => relayWake.wait(ms, abort),
     },
-  };
+  });
 
   const stop = new AbortController();
   const background: Promise<void>[] = [];

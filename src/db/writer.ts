@@ -5,7 +5,8 @@ import { DatabaseBusyError, isBusyError } from './busy.ts';
 export type Writer = {
   /**
    * Runs `fn` inside a write transaction (BEGIN IMMEDIATE) and resolves with its result only after the commit.
-   * `fn` must do database work only: it may share the transaction with other queued writes, each in its own
+   * `fn` must do database work only and may run more than once: it may share the transaction with other queued
+   * writes, and when one of them throws, the group is rolled back and run again with each write in its own
    * savepoint, so a throw rolls back `fn`'s own work and rejects only its own promise.
    */
   write<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
@@ -34,16 +35,28 @@ export function createWriter(db: Database, options: { maxGroup?: number } = {}):
   const queue: Job[] = [];
   let draining: Promise<void> | undefined;
 
-  async function runGroup(group: Job[]): Promise<void> {
+  /**
+   * One transaction for the group. Optimistically the jobs run back to back; if one throws, the whole attempt
+   * rolls back and the group runs again with each job in its own savepoint, so only the thrower fails. Savepoints
+   * cost two statements per job, which the common, failure-free group does not pay.
+   */
+  async function runGroup(group: Job[], isolated = false): Promise<void> {
     const outcomes: Outcome[] = [];
+    let jobThrew = false;
     try {
       await db.transaction(async (tx) => {
-        if (group.length === 1) {
-          outcomes.push({ ok: true, value: await group[0]!.fn(tx as Tx) });
-          return;
-        }
         const raw = sqlOf(tx as Tx);
         for (const job of group) {
+          if (!isolated) {
+            try {
+              outcomes.push({ ok: true, value: await job.fn(tx as Tx) });
+            } catch (error) {
+              jobThrew = true;
+              outcomes.push({ ok: false, error });
+              throw error;
+            }
+            continue;
+          }
           await raw.execute('SAVEPOINT writer_job');
           try {
             outcomes.push({ ok: true, value: await job.fn(tx as Tx) });
@@ -56,6 +69,7 @@ export function createWriter(db: Database, options: { maxGroup?: number } = {}):
         }
       });
     } catch (error) {
+      if (jobThrew && group.length > 1) return runGroup(group, true);
       const busy = isBusyError(error);
       if (busy) dropPoisonedConnections(db);
       const wrapped = busy ? new DatabaseBusyError(error) : error;

@@ -8,10 +8,9 @@ import { createApp } from '../app.ts';
 import { ConfigError, parseConfig, type Config } from '../config.ts';
 import { createDatabase } from '../db/open-database.ts';
 import { createWriter } from '../db/writer.ts';
-import type { Deps } from '../deps.ts';
+import { createDeps } from '../deps.ts';
 import { AppError, toProblem } from '../errors.ts';
 import { createAppRegistry } from '../events/catalog.ts';
-import { createUuidV7 } from '../ids.ts';
 import { createLogger, type Logger } from '../logger.ts';
 import { createMetrics } from '../metrics/metrics.ts';
 import { natsConnectionOptions, type ConnectNats } from '../nats/connect.ts';
@@ -68,16 +67,8 @@ function createRequestApp(config: Config, client: Client, log: Logger): Hono {
   const clock = () => new Date();
   const metrics = createMetrics();
   registerOutboxGauges(metrics, db, clock);
-  const deps: Deps = {
-    db,
-    writer: createWriter(db),
-    registry: createAppRegistry(),
-    clock,
-    newId: createUuidV7(),
-    log,
-    // No relay lives in this isolate: a commit is published at the next cron tick.
-    outboxCommitted: createSignal(),
-  };
+  // No relay lives in this isolate: a commit is published at the next cron tick.
+  const deps = createDeps(db, log, { clock });
   const app = createApp(deps, {
     api: config.ROLES.includes('api'),
     readiness: () => ({ nats: 'published by the cron trigger' }),

@@ -154,14 +154,17 @@ export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, option
 
   const doneMs = deps.clock().getTime();
   if (acked.length > 0 || failures.length > 0) {
-    result.marked = deps.writer.write(async (tx) => {
-      await markSent(tx, acked.map((a) => a.row.seq), doneMs);
-      for (const f of failures) {
-        const retryAt = doneMs + backoffDelay(f.row.attempts + 1, { baseMs: s.backoffBaseMs, maxMs: s.maxBackoffMs, random: deps.random });
-        const status = await recordFailure(tx, f.row, f.error, retryAt, s.maxAttempts);
-        if (status === 'failed') result.parked++;
-      }
-    });
+    const retryAt = failures.map((f) => doneMs + backoffDelay(f.row.attempts + 1, { baseMs: s.backoffBaseMs, maxMs: s.maxBackoffMs, random: deps.random }));
+    result.marked = deps.writer
+      .write(async (tx) => {
+        await markSent(tx, acked.map((a) => a.row.seq), doneMs);
+        let parked = 0;
+        for (const [k, f] of failures.entries()) {
+          if ((await recordFailure(tx, f.row, f.error, retryAt[k]!, s.maxAttempts)) === 'failed') parked++;
+        }
+        return parked;
+      })
+      .then((parked) => void (result.parked = parked));
     if (!options.deferMark) await result.marked;
   }
 

@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createApp } from '../../src/app.ts';
 import { createDatabase } from '../../src/db/open-database.ts';
 import { createWriter } from '../../src/db/writer.ts';
-import { createTestApp, createTestDb, orderBody, tableCounts, type TestDb } from '../support/db.ts';
+import { createTestApp, createTestDb, orderBody, tableCounts } from '../support/db.ts';
 import { runtimeCommand, runToExit } from '../support/process.ts';
 
 const cleanups: Array<() => void> = [];

@@ -5,12 +5,8 @@ import { join } from 'node:path';
 import { createApp } from '../../src/app.ts';
 import { migrateDatabase } from '../../src/db/migrate.ts';
 import { createDatabase, prepareLocalDatabase } from '../../src/db/open-database.ts';
-import { createWriter } from '../../src/db/writer.ts';
-import type { Deps } from '../../src/deps.ts';
-import { createAppRegistry } from '../../src/events/catalog.ts';
-import { createUuidV7 } from '../../src/ids.ts';
+import { createDeps, type Deps } from '../../src/deps.ts';
 import { silentLogger } from '../../src/logger.ts';
-import { createSignal } from '../../src/signal.ts';
 
 export const MIGRATIONS = join(import.meta.dirname, '../../db/migrations');
 
@@ -35,17 +31,7 @@ export async function createTestDb(overrides: Partial<Deps> = {}): Promise<TestD
   const client = createClient({ url, timeout: 5000 });
   await prepareLocalDatabase(client);
   await migrateDatabase(client, MIGRATIONS);
-  const db = createDatabase(client);
-  const deps: Deps = {
-    db,
-    writer: createWriter(db),
-    registry: createAppRegistry(),
-    clock: () => new Date(),
-    newId: createUuidV7(),
-    log: silentLogger,
-    outboxCommitted: createSignal(),
-    ...overrides,
-  };
+  const deps: Deps = { ...createDeps(createDatabase(client), silentLogger), ...overrides };
   return {
     dir: tmp.dir,
     url,

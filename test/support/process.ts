@@ -65,9 +65,13 @@ export type ChildHandle = {
   [Symbol.asyncDispose](): Promise<void>;
 };
 
-/** Spawns `cmd args` in the repo root with a minimal env, capturing its output. */
-export function spawnChild(cmd: string, args: string[], env: Record<string, string> = {}): ChildHandle {
-  const proc = spawn(cmd, args, { cwd: ROOT, env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
+/**
+ * Spawns `cmd args` (in the repo root unless `cwd` is given) with a minimal env, capturing its output. With
+ * `group`, the child leads a process group of its own and every signal goes to the whole group, so children of
+ * its own (wrangler → workerd, `deno task` → deno run) never outlive a failed test.
+ */
+export function spawnChild(cmd: string, args: string[], env: Record<string, string> = {}, options: { cwd?: string; group?: boolean } = {}): ChildHandle {
+  const proc = spawn(cmd, args, { cwd: options.cwd ?? ROOT, env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'], detached: options.group ?? false });
   let out = '';
   let err = '';
   proc.stdout!.setEncoding('utf8').on('data', (d: string) => (out += d));
@@ -76,18 +80,31 @@ export function spawnChild(cmd: string, args: string[], env: Record<string, stri
     proc.once('error', reject);
     proc.once('close', (code, signal) => resolve({ code, signal }));
   });
-  const alive = () => proc.exitCode === null && proc.signalCode === null;
+  let ended = false;
+  void exited.then(
+    () => (ended = true),
+    () => (ended = true),
+  );
+  const signal = (sig: NodeJS.Signals) => {
+    if (ended || proc.pid === undefined) return;
+    try {
+      if (options.group) process.kill(-proc.pid, sig);
+      else proc.kill(sig);
+    } catch {
+      // already gone
+    }
+  };
   const kill9 = async () => {
-    if (alive()) proc.kill('SIGKILL');
+    signal('SIGKILL');
     return exited;
   };
-  const stop = async (signal: NodeJS.Signals = 'SIGTERM', timeoutMs = 15_000) => {
-    if (alive()) proc.kill(signal);
+  const stop = async (sig: NodeJS.Signals = 'SIGTERM', timeoutMs = 15_000) => {
+    signal(sig);
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
-        proc.kill('SIGKILL');
-        reject(new Error(`process did not exit within ${timeoutMs} ms of ${signal}; output:\n${out}${err}`));
+        signal('SIGKILL');
+        reject(new Error(`process did not exit within ${timeoutMs} ms of ${sig}; output:\n${out}${err}`));
       }, timeoutMs);
     });
     try {
