@@ -1,0 +1,138 @@
+import { createClient, type Client } from '@libsql/client';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createTempDir } from '../support/db.ts';
+import { runtimeCommand, runToExit } from '../support/process.ts';
+
+const cleanups: Array<() => unknown> = [];
+afterEach(() => {
+  while (cleanups.length) cleanups.pop()!();
+});
+
+function workspace() {
+  const tmp = createTempDir();
+  const env = {
+    DATABASE_URL: `file:${join(tmp.dir, 'app.db')}`,
+    CONSUMER_DATABASE_URL_TEMPLATE: `file:${join(tmp.dir, '{name}.db')}`,
+    LOG_LEVEL: 'error',
+  };
+  const clients: Client[] = [];
+  const open = (url: string) => {
+    const c = createClient({ url });
+    clients.push(c);
+    return c;
+  };
+  cleanups.push(() => {
+    clients.forEach((c) => c.close());
+    tmp[Symbol.dispose]();
+  });
+  const cli = (args: string[], extra: Record<string, string> = {}) => {
+    const { cmd, args: base } = runtimeCommand('node', 'src/entry/cli.ts');
+    return runToExit(cmd, [...base, ...args], { ...env, ...extra });
+  };
+  return { env, cli, open };
+}
+
+const parked = (id: string, aggregateId: string) =>
+  `('${id}', 'order', '${aggregateId}', 'order.gone.v1', '{}', 'failed', 5, 'type order.gone.v1 is not registered', 0, 0)`;
+
+describe('cli - outbox commands', () => {
+  it('lists failed rows with their error and re-queues one by id, then all', async () => {
+    const w = workspace();
+    expect((await w.cli(['outbox:stats'])).code).toBe(0); // creates and migrates the database
+    const db = w.open(w.env.DATABASE_URL);
+    await db.execute(`INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, status, attempts, last_error, occurred_at, available_at) VALUES ${parked('f1', 'a')}, ${parked('f2', 'b')}`);
+
+    const stats = await w.cli(['outbox:stats']);
+    expect(JSON.parse(stats.stdout)).toEqual({ pending: 0, failed: 2, sent: 0, oldestPendingAgeMs: 0 });
+    const failed = await w.cli(['outbox:failed']);
+    expect(failed.code).toBe(0);
+    expect(failed.stdout).toContain('f1');
+    expect(failed.stdout).toContain('type order.gone.v1 is not registered');
+
+    const one = await w.cli(['outbox:retry-failed', '--id', 'f1']);
+    expect(one.stdout).toContain('1 row(s) re-queued');
+    const missing = await w.cli(['outbox:retry-failed', '--id', 'f1']);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain('no failed outbox row with id f1');
+    expect((await w.cli(['outbox:retry-failed', '--all'])).stdout).toContain('1 row(s) re-queued');
+    const rows = await db.execute('SELECT id, status, attempts FROM outbox ORDER BY id');
+    expect(rows.rows.map((r) => [r.id, r.status, Number(r.attempts)])).toEqual([
+      ['f1', 'pending', 0],
+      ['f2', 'pending', 0],
+    ]);
+  });
+
+  it('compacts only old sent rows and prints progress and totals', async () => {
+    const w = workspace();
+    await w.cli(['outbox:stats']);
+    const db = w.open(w.env.DATABASE_URL);
+    const values = Array.from({ length: 5 }, (_, i) => `('s${i}', 'order', 'a${i}', 'order.placed.v1', '{}', 'sent', 0, 0, 1000)`).join(', ');
+    await db.execute(`INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, status, occurred_at, available_at, sent_at) VALUES ${values}, ('p1', 'order', 'p', 'order.placed.v1', '{}', 'pending', 0, 0, NULL)`);
+    const out = await w.cli(['outbox:compact', '--older-than', '7d', '--batch', '2']);
+    expect(out.code).toBe(0);
+    expect(out.stdout).toContain('batch 3: 5 sent row(s) deleted so far');
+    expect(out.stdout).toContain('deleted 5 sent row(s)');
+    const left = await db.execute('SELECT id FROM outbox');
+    expect(left.rows.map((r) => r.id)).toEqual(['p1']);
+  });
+
+  it('bad arguments print the usage and exit 2 without touching the database', async () => {
+    const w = workspace();
+    for (const args of [[], ['outbox:nope'], ['outbox:compact', '--older-than', '7x'], ['outbox:retry-failed'], ['outbox:failed', '--limit', '0'], ['inbox:replay', '--consumer', 'nobody', '--all']]) {
+      const res = await w.cli(args);
+      expect(res.code, args.join(' ')).toBe(2);
+      expect(res.stderr).toContain('usage: npm run cli');
+    }
+    expect(existsSync(w.env.DATABASE_URL.slice('file:'.length))).toBe(false);
+    expect(existsSync(w.env.CONSUMER_DATABASE_URL_TEMPLATE.replace('{name}', 'nobody').slice('file:'.length))).toBe(false);
+  });
+});
+
+describe('cli - inbox commands', () => {
+  it('lists dead letters, refuses to replay an unknown id, and compacts old inbox rows', async () => {
+    const w = workspace();
+    expect((await w.cli(['inbox:dead-letters', '--consumer', 'reporting'])).stdout).toContain('no dead letters for reporting');
+    const db = w.open(w.env.CONSUMER_DATABASE_URL_TEMPLATE.replace('{name}', 'reporting'));
+    await db.execute(`INSERT INTO dead_letters (event_id, consumer, subject, payload, error, deliveries, dead_at) VALUES ('e1', 'reporting', 'events.order.x', 'not json', 'payload is not JSON', 1, 0)`);
+    await db.execute(`INSERT INTO inbox (event_id, consumer, message_type, received_at) VALUES ('old', 'reporting', 'order.placed.v1', 0), ('new', 'reporting', 'order.placed.v1', ${Date.now()})`);
+
+    const list = await w.cli(['inbox:dead-letters', '--consumer', 'reporting']);
+    expect(list.stdout).toContain('e1');
+    expect(list.stdout).toContain('payload is not JSON');
+    const replay = await w.cli(['inbox:replay', '--consumer', 'reporting', '--id', 'e1']);
+    expect(replay.code).toBe(1); // still not JSON: the dead letter stays
+    expect(JSON.parse(replay.stdout).failed[0].eventId).toBe('e1');
+    expect(Number((await db.execute('SELECT count(*) FROM dead_letters')).rows[0]![0])).toBe(1);
+
+    const compact = await w.cli(['inbox:compact', '--consumer', 'reporting', '--older-than', '30d']);
+    expect(compact.stdout).toContain('deleted 1 inbox row(s) of reporting');
+    expect((await db.execute('SELECT event_id FROM inbox')).rows.map((r) => r.event_id)).toEqual(['new']);
+  });
+});
+
+describe('consume entry - start-up refusals', () => {
+  it('refuses an inbox retention shorter than the duplicate window plus the redelivery horizon, naming both numbers', async () => {
+    const w = workspace();
+    const { cmd, args } = runtimeCommand('node', 'src/entry/consume.ts');
+    const res = await runToExit(cmd, [...args, 'reporting'], {
+      ...w.env,
+      NATS_URL: 'nats://127.0.0.1:1',
+      INBOX_RETENTION_DAYS: '1',
+      STREAM_DUPLICATE_WINDOW_MS: String(2 * 86_400_000),
+    });
+    expect(res.code).toBe(2);
+    expect(res.stderr).toContain('86400000');
+    expect(res.stderr).toMatch(/17[0-9]{7}/); // 2 days + 10 × (30 s + 30 s) = 173 400 000 ms
+    expect(res.stderr.trim().split('\n')).toHaveLength(1);
+  });
+
+  it('an unknown subscriber name prints the usage and exits 2', async () => {
+    const w = workspace();
+    const { cmd, args } = runtimeCommand('node', 'src/entry/consume.ts');
+    const res = await runToExit(cmd, [...args, 'nobody'], w.env);
+    expect(res.code).toBe(2);
+    expect(res.stderr).toContain('Unknown subscriber "nobody"');
+  });
+});
