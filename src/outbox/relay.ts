@@ -6,6 +6,7 @@ import { ensureStream, UnsafeStreamConfigError } from '../nats/ensure-stream.ts'
 import { kickSubject, type StreamSettings } from '../nats/stream-settings.ts';
 import type { Signal } from '../signal.ts';
 import { backoffDelay } from './backoff.ts';
+import { isBusyError } from '../db/busy.ts';
 import { relayPass, type RelayPassDeps } from './relay-pass.ts';
 
 export type RelayDeps = RelayPassDeps & {
@@ -99,17 +100,29 @@ export function createRelay(deps: RelayDeps): Relay {
           // that pass's mark-sent write runs (at most one mark outstanding). A partial pass, or one with failures,
           // is marked before anything else is read: rows held back behind a failure are never fetched early, and
           // the cursor resets as soon as the backlog is gone, so waiting retries come due again.
-          const pass = await relayPass(deps, jetstream(nc, { timeout: deps.settings.publishTimeoutMs }), {
-            afterSeq: marking ? cursor : 0,
-            deferMark: true,
-          });
-          await marking;
-          marking = undefined;
-          if (pass.failed > 0 || pass.brokerError !== undefined) await pass.marked;
-          else if (pass.fetched < deps.settings.batch) await pass.marked;
-          else {
-            marking = pass.marked;
-            cursor = pass.lastSeq;
+          let pass: Awaited<ReturnType<typeof relayPass>>;
+          try {
+            pass = await relayPass(deps, jetstream(nc, { timeout: deps.settings.publishTimeoutMs }), {
+              afterSeq: marking ? cursor : 0,
+              deferMark: true,
+            });
+            const previous = marking;
+            marking = undefined;
+            await previous;
+            if (pass.failed > 0 || pass.brokerError !== undefined || pass.fetched < deps.settings.batch) await pass.marked;
+            else {
+              marking = pass.marked;
+              cursor = pass.lastSeq;
+              marking.catch(() => undefined); // awaited at the next pass; handled meanwhile
+            }
+          } catch (error) {
+            // Another process held the database past the busy timeout: what was acknowledged but not marked is
+            // published again later and acknowledged as a duplicate. Anything else is a bug: let it surface.
+            if (!isBusyError(error)) throw error;
+            marking = undefined;
+            deps.log.warn('relay: database busy, backing off', { error: String(error) });
+            await sleep(backoffDelay(1, { baseMs: deps.settings.backoffBaseMs, maxMs: deps.settings.maxBackoffMs, random: deps.random }));
+            continue;
           }
           summary.passes++;
           summary.published += pass.published;
@@ -133,7 +146,7 @@ export function createRelay(deps: RelayDeps): Relay {
           }
         }
       } finally {
-        await marking;
+        await marking?.catch((error: unknown) => deps.log.warn('relay: marking the last pass failed', { error: String(error) }));
         timers.forEach(clearTimeout);
         options.signal?.removeEventListener('abort', onAbort);
         kicks?.unsubscribe();

@@ -11,6 +11,7 @@ import { requeueFailed } from '../../src/outbox/failed-rows.ts';
 import { createTestDb, orderBody, type TestDb } from '../support/db.ts';
 import { startNats, type NatsServer } from '../support/nats.ts';
 import { drainOutbox, natsClient, readStream, relayDeps, TEST_STREAM } from '../support/relay.ts';
+import { eventually } from '../support/service.ts';
 
 let nats: NatsServer;
 beforeAll(async () => {
@@ -220,6 +221,42 @@ describe('relay - publishing', () => {
       stop.abort();
       expect(summary).toMatchObject({ published: 1 });
     } finally {
+      t.close();
+    }
+  });
+});
+
+describe('relay - database contention', () => {
+  it('a database locked by another process past the busy timeout makes the relay back off, not stop, and nothing is lost', async () => {
+    const t = await createTestDb();
+    const { createClient } = await import('@libsql/client');
+    const { createDatabase } = await import('../../src/db/open-database.ts');
+    const { createWriter } = await import('../../src/db/writer.ts');
+    const relayClient = createClient({ url: t.url, timeout: 100 });
+    const locker = createClient({ url: t.url });
+    const nc = await natsClient(nats.url);
+    try {
+      const stream = ownStream();
+      await place(t, 3);
+      const db = createDatabase(relayClient);
+      const deps = relayDeps(t, nats.url, { db, writer: createWriter(db), stream, settings: { prefix: stream.prefix } });
+      const lock = await locker.transaction('write');
+      await lock.execute("UPDATE outbox SET headers = headers WHERE id = 'none'");
+      const stop = new AbortController();
+      const running = createRelay(deps).run({ signal: stop.signal, timeLimitMs: 20_000 });
+      // published, but the mark-sent write cannot get the lock
+      expect(await eventually(async () => (await readStream(nc, stream.name).catch(() => [])).length === 3)).toBe(true);
+      await new Promise((r) => setTimeout(r, 400));
+      expect((await outboxRows(t)).every((r) => r.status === 'pending')).toBe(true);
+      await lock.rollback();
+      expect(await eventually(async () => (await outboxRows(t)).every((r) => r.status === 'sent'))).toBe(true);
+      stop.abort();
+      await running;
+      expect(await readStream(nc, stream.name)).toHaveLength(3);
+    } finally {
+      await nc.close();
+      relayClient.close();
+      locker.close();
       t.close();
     }
   });
