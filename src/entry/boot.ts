@@ -11,6 +11,7 @@ import { createLogger, type Logger } from '../logger.ts';
 import { natsConnectionOptions, type ConnectNats } from '../nats/connect.ts';
 import type { RelayRunOptions } from '../outbox/relay.ts';
 import { createService, type Service } from '../service.ts';
+import { subscriberDatabaseUrl } from '../inbox/subscriber-database.ts';
 import { consumerFaultsFromEnv, relayFaultsFromEnv } from './test-faults.ts';
 
 export const MIGRATIONS_FOLDER = fileURLToPath(new URL('../../db/migrations', import.meta.url));
@@ -63,7 +64,7 @@ export type Started = { config: Config; log: Logger; service: Service; client: C
 
 /** Opens a subscriber's own database (CONSUMER_DATABASE_URL_TEMPLATE with its name) and applies its migrations. */
 export async function openSubscriberDb(config: Config, name: string): Promise<Client> {
-  const client = await openClient(config.CONSUMER_DATABASE_URL_TEMPLATE.replaceAll('{name}', name), config);
+  const client = await openClient(subscriberDatabaseUrl(config.CONSUMER_DATABASE_URL_TEMPLATE, name), config);
   if (config.MIGRATE_ON_START) await migrateDatabase(client, CONSUMER_MIGRATIONS_FOLDER);
   return client;
 }

@@ -1,6 +1,6 @@
 import type { Database } from '../db/open-database.ts';
 import type { Counter, Histogram, Metrics } from '../metrics/metrics.ts';
-import { readOutboxStats } from './outbox-stats.ts';
+import { readOutboxBacklog } from './outbox-stats.ts';
 
 export type OutboxMetrics = {
   published: Counter;
@@ -27,7 +27,7 @@ export function registerOutboxGauges(metrics: Metrics, db: Database, clock: () =
   const age = metrics.gauge('outbox_pending_seconds', 'Age of the oldest pending outbox row.');
   const failed = metrics.gauge('outbox_failed_count', 'Outbox rows parked as failed (dead letters).');
   metrics.beforeRender(async () => {
-    const stats = await readOutboxStats(db, clock());
+    const stats = await readOutboxBacklog(db, clock());
     pending.set(stats.pending);
     age.set(stats.oldestPendingAgeMs / 1000);
     failed.set(stats.failed);

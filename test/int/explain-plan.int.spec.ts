@@ -78,3 +78,17 @@ describe("outbox - the relay's hold-back probe", () => {
     expect(plan.some((d) => /^SEARCH \w+ USING (COVERING )?INDEX idx_outbox_retrying\b/.test(d)), plan.join('\n')).toBe(true);
   });
 });
+
+describe('outbox - backlog counts for /metrics', () => {
+  it('counts pending and failed rows through idx_outbox_status_seq, never scanning the sent rows', async () => {
+    const t = await createTestDb();
+    try {
+      for (const status of ['pending', 'failed', 'sent']) {
+        const plan = await t.client.execute({ sql: 'EXPLAIN QUERY PLAN SELECT count(*) FROM outbox WHERE status = ?', args: [status] });
+        expect(plan.rows.map((r) => String(r.detail)).join('\n')).toMatch(/USING COVERING INDEX idx_outbox_status_seq \(status=\?\)/);
+      }
+    } finally {
+      t.close();
+    }
+  });
+});

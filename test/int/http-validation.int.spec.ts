@@ -1,22 +1,12 @@
-import { afterEach, describe, expect, it } from 'vitest';
-import { createTestApp, orderBody, tableCounts } from '../support/db.ts';
+import { describe, expect, it } from 'vitest';
+import { createTestApp, orderBody, tableCounts, testAppPerTest, type TestApp } from '../support/db.ts';
 
-type TestApp = Awaited<ReturnType<typeof createTestApp>>;
 type Problem = { type: string; title: string; status: number; detail: string; issues?: Array<{ path: string; message: string; code: string }> };
 
 const JSON_HEADERS = { 'content-type': 'application/json' };
 const item = (over: Record<string, unknown> = {}) => ({ sku: 'sku-1', quantity: 1, unitPriceCents: 100, ...over });
 
-let t: TestApp | undefined;
-afterEach(() => {
-  t?.close();
-  t = undefined;
-});
-
-async function app(): Promise<TestApp> {
-  t = await createTestApp();
-  return t;
-}
+const app = testAppPerTest();
 
 async function post(a: TestApp, path: string, body: unknown, headers: Record<string, string> = JSON_HEADERS): Promise<Response> {
   return a.app.request(path, { method: 'POST', headers, body: typeof body === 'string' ? body : JSON.stringify(body) });

@@ -1,18 +1,8 @@
-import { afterEach, describe, expect, it } from 'vitest';
-import { createTestApp, orderBody, tableCounts } from '../support/db.ts';
+import { describe, expect, it } from 'vitest';
+import { orderBody, tableCounts, testAppPerTest, type TestApp } from '../support/db.ts';
 
-type TestApp = Awaited<ReturnType<typeof createTestApp>>;
 
-let t: TestApp | undefined;
-afterEach(() => {
-  t?.close();
-  t = undefined;
-});
-
-async function app(): Promise<TestApp> {
-  t = await createTestApp();
-  return t;
-}
+const app = testAppPerTest();
 
 async function post(a: TestApp, path: string, body: unknown, key?: string): Promise<Response> {
   return a.app.request(path, {

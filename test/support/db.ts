@@ -1,4 +1,5 @@
 import { createClient, type Client } from '@libsql/client';
+import { afterEach } from 'vitest';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -48,6 +49,18 @@ export async function createTestDb(overrides: Partial<Deps> = {}): Promise<TestD
 export async function createTestApp(overrides: Partial<Deps> = {}) {
   const t = await createTestDb(overrides);
   return { ...t, app: createApp(t.deps) };
+}
+
+export type TestApp = Awaited<ReturnType<typeof createTestApp>>;
+
+/** Returns a factory for one test app per test; the app is closed after each test. Call at a test file's top level. */
+export function testAppPerTest(): () => Promise<TestApp> {
+  let current: TestApp | undefined;
+  afterEach(() => {
+    current?.close();
+    current = undefined;
+  });
+  return async () => (current = await createTestApp());
 }
 
 /** A valid POST /orders body; `over` replaces fields. */
