@@ -53,15 +53,15 @@ export type RelayPassResult = {
   parked: number;
   /** Set when the broker was unavailable: the pass stopped early and the worker should back off. */
   brokerError?: unknown;
-  /** The highest seq this pass fetched. */
-  lastSeq: number;
-  /** Settles when the pass's acknowledged rows are marked sent (at once unless `deferMark`). */
+  /** The seqs acknowledged by the broker in this pass (marked sent by `marked`). */
+  ackedSeqs: number[];
+  /** Settles when the pass's acknowledged rows are marked sent (at once unless `deferMark`); never unhandled. */
   marked: Promise<void>;
 };
 
 export type RelayPassOptions = {
-  /** Fetch only rows after this seq: those up to it belong to a pass whose mark is still being written. */
-  afterSeq?: number;
+  /** Rows to leave out: acknowledged by an earlier pass whose mark-sent write is still running. */
+  exclude?: readonly number[];
   /** Return once the PubAcks are in, with the mark-sent write still running in `marked`. */
   deferMark?: boolean;
 };
@@ -95,8 +95,8 @@ function prepare(row: PendingRow, registry: EventRegistry, s: RelayPassSettings)
 export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, options: RelayPassOptions = {}): Promise<RelayPassResult> {
   const s = deps.settings;
   const nowMs = deps.clock().getTime();
-  const rows = await fetchPending(deps.db, nowMs, s.batch, options.afterSeq ?? 0);
-  const result: RelayPassResult = { fetched: rows.length, published: 0, duplicates: 0, failed: 0, parked: 0, lastSeq: rows.at(-1)?.seq ?? 0, marked: Promise.resolve() };
+  const rows = await fetchPending(deps.db, nowMs, s.batch, options.exclude);
+  const result: RelayPassResult = { fetched: rows.length, published: 0, duplicates: 0, failed: 0, parked: 0, ackedSeqs: [], marked: Promise.resolve() };
   if (rows.length === 0) return result;
   if (deps.faults?.markBeforePublish) await deps.writer.write((tx) => markSent(tx, rows.map((r) => r.seq), nowMs));
   await deps.faults?.beforePublishing?.(rows);
@@ -165,10 +165,14 @@ export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, option
         return parked;
       })
       .then((parked) => void (result.parked = parked));
+    // Whoever defers the mark awaits it later; until then a rejection (a busy database) must not surface as an
+    // unhandled rejection, which would end the process.
+    result.marked.catch(() => undefined);
     if (!options.deferMark) await result.marked;
   }
 
   for (const a of acked) {
+    result.ackedSeqs.push(a.row.seq);
     if (a.ack.duplicate) result.duplicates++;
     else result.published++;
     deps.metrics.lag.observe(Math.max(0, a.at - a.row.occurred_at) / 1000);

@@ -13,13 +13,20 @@ export type PendingRow = {
 };
 
 /**
- * The relay's fetch: pending rows due now, in commit (seq) order, leaving out rows that have an earlier row
- * of their aggregate parked (`failed`) or waiting out a retry delay, so per-aggregate order survives retries.
- * The outer scan uses idx_outbox_status_seq; the hold check probes the tiny partial index idx_outbox_retrying.
+ * The relay's fetch: up to `limit` publishable rows in commit (seq) order. A row is publishable when it is
+ * `pending`, due (a fresh row always, whatever the clock of the process that wrote it; a retried row once its
+ * back-off delay has passed), not among `exclude` (rows of the previous pass, already acknowledged, whose
+ * mark-sent write is still running), and no earlier row of its aggregate is parked (`failed`) or waiting out a
+ * retry delay. There is no cursor: every pass reads from the oldest pending row, so a due retry or a re-queued
+ * row is read by the next pass whatever the backlog, and it always comes before the later rows of its aggregate
+ * (the result is a prefix of the publishable rows in seq order, so an earlier publishable row of an aggregate is
+ * in the same result as any later one). The scan walks idx_outbox_status_seq; the hold check probes the tiny
+ * partial index idx_outbox_retrying.
  */
 export const FETCH_PENDING_SQL = `SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.message_type, o.payload, o.headers, o.attempts, o.occurred_at
 FROM outbox o
-WHERE o.status = 'pending' AND o.available_at <= ?1 AND o.seq > ?3
+WHERE o.status = 'pending' AND (o.attempts = 0 OR o.available_at <= ?1)
+  AND o.seq NOT IN (SELECT value FROM json_each(?3))
   AND NOT EXISTS (
     SELECT 1 FROM outbox h
     WHERE h.attempts > 0 AND h.status != 'sent'
@@ -28,9 +35,9 @@ WHERE o.status = 'pending' AND o.available_at <= ?1 AND o.seq > ?3
 ORDER BY o.seq
 LIMIT ?2`;
 
-/** Reads up to `limit` pending rows that may be published now, after `afterSeq` (rows a pass still marks). */
-export async function fetchPending(db: Database, nowMs: number, limit: number, afterSeq = 0): Promise<PendingRow[]> {
-  const res = await db.$client.execute({ sql: FETCH_PENDING_SQL, args: [nowMs, limit, afterSeq] });
+/** Reads up to `limit` rows that may be published now, leaving out `exclude` (acknowledged rows still being marked). */
+export async function fetchPending(db: Database, nowMs: number, limit: number, exclude: readonly number[] = []): Promise<PendingRow[]> {
+  const res = await db.$client.execute({ sql: FETCH_PENDING_SQL, args: [nowMs, limit, JSON.stringify(exclude)] });
   return res.rows as unknown as PendingRow[];
 }
 

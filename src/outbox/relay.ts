@@ -6,7 +6,7 @@ import { ensureStream, UnsafeStreamConfigError } from '../nats/ensure-stream.ts'
 import { kickSubject, type StreamSettings } from '../nats/stream-settings.ts';
 import type { Signal } from '../signal.ts';
 import { backoffDelay } from './backoff.ts';
-import { isBusyError } from '../db/busy.ts';
+import { isInfrastructureError } from '../db/infrastructure-error.ts';
 import { relayPass, type RelayPassDeps } from './relay-pass.ts';
 
 export type RelayDeps = RelayPassDeps & {
@@ -56,9 +56,12 @@ export function createRelay(deps: RelayDeps): Relay {
 
       let nc: NatsConnection | undefined;
       let kicks: Subscription | undefined;
+      /** False until the stream is known to exist on this connection; set again after a broker error. */
+      let streamReady = false;
       let outage = 0;
-      let marking: Promise<void> | undefined;
-      let cursor = 0;
+      let dbTrouble = 0;
+      /** The previous pass's mark-sent write, still running, and the rows it marks (left out of the next fetch). */
+      let marking: { done: Promise<void>; seqs: number[] } | undefined;
       const sleep = (ms: number) =>
         new Promise<void>((resolve) => {
           const t = setTimeout(done, ms);
@@ -69,61 +72,89 @@ export function createRelay(deps: RelayDeps): Relay {
           }
           stop.signal.addEventListener('abort', done, { once: true });
         });
+      const backoff = (attempt: number) =>
+        backoffDelay(attempt, { baseMs: deps.settings.backoffBaseMs, maxMs: deps.settings.maxBackoffMs, random: deps.random });
       const setState = (next: BrokerState, error?: unknown) => {
         if (next === brokerState) return;
         brokerState = next;
         if (next === 'unavailable') deps.log.warn('relay: broker unavailable, backing off', { error: String(error) });
         else if (next === 'connected') deps.log.info('relay: broker available, publishing');
       };
+      /**
+       * The database could not be used (locked past the busy timeout, I/O error, disk full, unreachable): rows
+       * acknowledged but not marked are published again later and acknowledged as duplicates. Anything else is
+       * a bug and surfaces.
+       */
+      const onDatabaseTrouble = async (error: unknown) => {
+        if (!isInfrastructureError(error)) throw error;
+        dbTrouble++;
+        deps.log.warn('relay: database unavailable, backing off', { error: String(error) });
+        await sleep(backoff(dbTrouble));
+      };
+      /** Waits for a mark-sent write; false (after backing off) when the database refused it. */
+      const settle = async (done: Promise<void> | undefined): Promise<boolean> => {
+        try {
+          await done;
+          return true;
+        } catch (error) {
+          await onDatabaseTrouble(error);
+          return false;
+        }
+      };
 
       try {
         while (!stop.signal.aborted) {
           try {
             if (!nc || nc.isClosed()) {
+              streamReady = false;
               nc = await deps.connect();
-              await ensureStream(await jetstreamManager(nc), deps.stream);
               kicks = nc.subscribe(kickSubject(deps.stream.name), { callback: () => deps.wake.notify() });
+            }
+            // Also after a broker error: an operator may have deleted the stream, or a broker lost its store.
+            if (!streamReady) {
+              await ensureStream(await jetstreamManager(nc), deps.stream);
+              streamReady = true;
             }
           } catch (error) {
             if (error instanceof UnsafeStreamConfigError) throw error;
-            await nc?.close().catch(() => undefined);
-            nc = undefined;
+            if (nc?.isClosed() !== false) {
+              await nc?.close().catch(() => undefined);
+              nc = undefined;
+            }
             outage++;
             summary.brokerErrors++;
             deps.metrics.publishErrors.inc();
             setState('unavailable', error);
-            await sleep(backoffDelay(outage, { baseMs: deps.settings.backoffBaseMs, maxMs: deps.settings.maxBackoffMs, random: deps.random }));
+            await sleep(backoff(outage));
             continue;
           }
 
-          // Draining a backlog (full batches), the next pass fetches and publishes the rows after a pass while
-          // that pass's mark-sent write runs (at most one mark outstanding). A partial pass, or one with failures,
-          // is marked before anything else is read: rows held back behind a failure are never fetched early, and
-          // the cursor resets as soon as the backlog is gone, so waiting retries come due again.
+          // Draining a backlog (full batches), the next pass fetches and publishes while the previous pass's
+          // mark-sent write runs (at most one outstanding), leaving that pass's rows out of its fetch. A partial
+          // pass, or one with failures or a broker error, is marked before anything else is read.
           let pass: Awaited<ReturnType<typeof relayPass>>;
           try {
             pass = await relayPass(deps, jetstream(nc, { timeout: deps.settings.publishTimeoutMs }), {
-              afterSeq: marking ? cursor : 0,
+              ...(marking ? { exclude: marking.seqs } : {}),
               deferMark: true,
             });
+          } catch (error) {
             const previous = marking;
             marking = undefined;
-            await previous;
-            if (pass.failed > 0 || pass.brokerError !== undefined || pass.fetched < deps.settings.batch) await pass.marked;
-            else {
-              marking = pass.marked;
-              cursor = pass.lastSeq;
-              marking.catch(() => undefined); // awaited at the next pass; handled meanwhile
-            }
-          } catch (error) {
-            // Another process held the database past the busy timeout: what was acknowledged but not marked is
-            // published again later and acknowledged as a duplicate. Anything else is a bug: let it surface.
-            if (!isBusyError(error)) throw error;
-            marking = undefined;
-            deps.log.warn('relay: database busy, backing off', { error: String(error) });
-            await sleep(backoffDelay(1, { baseMs: deps.settings.backoffBaseMs, maxMs: deps.settings.maxBackoffMs, random: deps.random }));
+            await settle(previous?.done);
+            await onDatabaseTrouble(error);
             continue;
           }
+          const previous = marking;
+          marking = undefined;
+          const previousMarked = await settle(previous?.done);
+          const full = pass.fetched >= deps.settings.batch;
+          if (previousMarked && full && pass.failed === 0 && pass.brokerError === undefined) {
+            marking = { done: pass.marked, seqs: pass.ackedSeqs };
+          } else if (!(await settle(pass.marked))) {
+            continue;
+          }
+          dbTrouble = 0;
           summary.passes++;
           summary.published += pass.published;
           summary.duplicates += pass.duplicates;
@@ -133,20 +164,21 @@ export function createRelay(deps: RelayDeps): Relay {
           if (pass.brokerError !== undefined) {
             outage++;
             summary.brokerErrors++;
+            streamReady = false;
             setState('unavailable', pass.brokerError);
-            await sleep(backoffDelay(outage, { baseMs: deps.settings.backoffBaseMs, maxMs: deps.settings.maxBackoffMs, random: deps.random }));
+            await sleep(backoff(outage));
             continue;
           }
           outage = 0;
           setState('connected');
           if (options.maxMessages !== undefined && summary.published + summary.duplicates >= options.maxMessages) break;
-          if (pass.fetched < deps.settings.batch) {
+          if (!full) {
             if (options.untilIdle) break;
             await deps.wake.wait(deps.pollMs, stop.signal);
           }
         }
       } finally {
-        await marking?.catch((error: unknown) => deps.log.warn('relay: marking the last pass failed', { error: String(error) }));
+        await marking?.done.catch((error: unknown) => deps.log.warn('relay: marking the last pass failed', { error: String(error) }));
         timers.forEach(clearTimeout);
         options.signal?.removeEventListener('abort', onAbort);
         kicks?.unsubscribe();

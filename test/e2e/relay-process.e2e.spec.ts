@@ -3,10 +3,14 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { nanos } from '@nats-io/nats-core';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { createDatabase } from '../../src/db/open-database.ts';
+import { createDeps } from '../../src/deps.ts';
+import { silentLogger } from '../../src/logger.ts';
 import { placeOrder } from '../../src/orders/place-order.ts';
-import { createTempDir, createTestDb, orderBody } from '../support/db.ts';
+import { migrateDatabase } from '../../src/db/migrate.ts';
+import { createTempDir, createTestDb, MIGRATIONS, orderBody } from '../support/db.ts';
 import { startNats, type NatsServer } from '../support/nats.ts';
-import { freePort, runtimeCommand, spawnChild, spawnService, waitForHttp, type ChildHandle } from '../support/process.ts';
+import { FAULT_ENTRY, freePort, runtimeCommand, spawnChild, spawnService, waitForHttp, type ChildHandle } from '../support/process.ts';
 import { natsClient, readStream } from '../support/relay.ts';
 import { eventually } from '../support/service.ts';
 
@@ -29,9 +33,10 @@ async function setup() {
   return { nats, tmp, dbUrl, client, env };
 }
 
-function startRelay(env: Record<string, string>): ChildHandle {
-  const { cmd, args } = runtimeCommand('node', 'src/entry/relay.ts');
-  const child = spawnChild(cmd, args, env);
+/** The production relay entry, or with `fault` (HONO_OUTBOX_TEST_FAULT) the fault entry: crash hooks live in test code only. */
+function startRelay(env: Record<string, string>, fault?: string): ChildHandle {
+  const { cmd, args } = runtimeCommand('node', fault ? FAULT_ENTRY : 'src/entry/relay.ts');
+  const child = spawnChild(cmd, fault ? [...args, 'relay'] : args, fault ? { ...env, HONO_OUTBOX_TEST_FAULT: fault } : env);
   cleanups.push(() => void child.kill9());
   return child;
 }
@@ -72,7 +77,7 @@ describe('relay process - crashes and stops', () => {
     })();
 
     // a kill exactly between PubAck and mark-sent, then kills at arbitrary moments
-    let relay = startRelay({ ...env, HONO_OUTBOX_TEST_FAULT: 'kill-after-puback:10' });
+    let relay = startRelay(env, 'kill-after-puback:10');
     const first = await relay.exited;
     expect(first.signal).toBe('SIGKILL');
     for (const delay of [150, 400, 90, 700]) {
@@ -147,5 +152,63 @@ describe('relay process - crashes and stops', () => {
     // bounded well below the 60 s poll: only a kick can deliver it in time
     expect(await eventually(async () => (await streamIds(nats)).length === 1, 15_000)).toBe(true);
     await relay.stop('SIGTERM');
+  });
+});
+
+/** A database file holding `orders` pending orders, built elsewhere and copied in (fast, one file). */
+async function withBacklog(dbUrl: string, orders: number): Promise<void> {
+  const seed = await createTestDb();
+  try {
+    for (let done = 0; done < orders; done += 500) {
+      await Promise.all(Array.from({ length: Math.min(500, orders - done) }, () => seed.deps.writer.write((tx) => placeOrder(tx, seed.deps, orderBody() as never))));
+    }
+    await seed.client.execute({ sql: 'VACUUM INTO ?', args: [dbUrl.slice('file:'.length)] });
+  } finally {
+    seed.close();
+  }
+}
+
+describe('relay process - edges', () => {
+  it('keeps running when another process holds the database past the busy timeout during a backlog, and drains it once released', async () => {
+    const { nats, client, env, dbUrl } = await setup();
+    await withBacklog(dbUrl, 10_000);
+    const relay = startRelay({ ...env, RELAY_BATCH: '200', DATABASE_BUSY_TIMEOUT_MS: '200' });
+    expect(await eventually(async () => (await count(client, "status = 'sent'")) > 0, 20_000), relay.output()).toBe(true);
+
+    const locker = createClient({ url: dbUrl, timeout: 5000 });
+    cleanups.push(() => locker.close());
+    const lock = await locker.transaction('write');
+    await lock.execute("UPDATE outbox SET headers = headers WHERE id = 'none'");
+    await sleep(3000); // many mark-sent writes wait out the busy timeout meanwhile
+    expect(relay.proc.exitCode, relay.output()).toBeNull();
+    await lock.rollback();
+    lock.close();
+
+    expect(await eventually(async () => (await count(client, "status = 'sent'")) === 10_000, 60_000)).toBe(true);
+    expect(relay.proc.exitCode, relay.output()).toBeNull();
+    const ids = await streamIds(nats);
+    expect(ids).toHaveLength(10_000);
+    expect((await relay.stop('SIGTERM')).code).toBe(0);
+  });
+
+  it('re-creates a stream an operator deleted and publishes what is pending, without a restart or any other process', async () => {
+    const { nats, client, env } = await setup();
+    await migrateDatabase(client, MIGRATIONS);
+    const deps = createDeps(createDatabase(client), silentLogger);
+    const relay = startRelay(env);
+    await deps.writer.write((tx) => placeOrder(tx, deps, orderBody() as never));
+    expect(await eventually(async () => (await count(client, "status = 'sent'")) === 1, 20_000)).toBe(true);
+
+    const nc = await natsClient(nats.url);
+    try {
+      await (await jetstreamManager(nc)).streams.delete('EVENTS');
+    } finally {
+      await nc.close();
+    }
+    await deps.writer.write((tx) => placeOrder(tx, deps, orderBody() as never));
+    expect(await eventually(async () => (await count(client, "status = 'sent'")) === 2, 20_000), relay.output()).toBe(true);
+    const second = (await client.execute("SELECT id FROM outbox ORDER BY seq DESC LIMIT 1")).rows[0]![0];
+    expect(await streamIds(nats)).toEqual([second]);
+    expect((await relay.stop('SIGTERM')).code).toBe(0);
   });
 });

@@ -13,7 +13,7 @@ const QUERIES: Array<[string, string]> = [
 ];
 
 async function planOf(client: Client, query: string): Promise<string[]> {
-  const rs = await client.execute({ sql: `EXPLAIN QUERY PLAN ${query}`, args: query.includes('?3') ? [Date.now(), 500, 0] : [Date.now(), 500] });
+  const rs = await client.execute({ sql: `EXPLAIN QUERY PLAN ${query}`, args: query.includes('?3') ? [Date.now(), 500, '[1,2,3]'] : [Date.now(), 500] });
   return rs.rows.map((r) => String(r.detail));
 }
 
@@ -31,7 +31,8 @@ function expectUsesStatusSeqIndex(plan: string[]): void {
   const shown = plan.join('\n');
   expect(plan.some((d) => /^SEARCH \w+ USING (COVERING )?INDEX idx_outbox_status_seq\b/.test(d)), shown).toBe(true);
   expect(plan.some((d) => /USE TEMP B-TREE/.test(d)), shown).toBe(false);
-  expect(plan.some((d) => /^SCAN /.test(d)), shown).toBe(false);
+  // the list of rows still being marked is a json_each table of at most one batch, not a scan of a table
+  expect(plan.some((d) => /^SCAN (?!json_each VIRTUAL TABLE)/.test(d)), shown).toBe(false);
 }
 
 let t: TestDb | undefined;
