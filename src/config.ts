@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { formatDuration, parseDuration } from './duration.ts';
 
 /** Thrown when the environment does not describe a valid configuration; `message` is one line naming the variable. */
 export class ConfigError extends Error {
@@ -14,6 +15,16 @@ const int = (min: number, max: number) =>
     .regex(/^\d+$/, `an integer between ${min} and ${max}`)
     .transform(Number)
     .pipe(z.number().int().min(min, `an integer between ${min} and ${max}`).max(max, `an integer between ${min} and ${max}`));
+
+/** A duration (`500ms`, `30s`, `15m`, `2h`, `7d`) between `min` and `max` ms, parsed to milliseconds. */
+const duration = (min: number, max: number) => {
+  const message = `a duration between ${formatDuration(min)} and ${formatDuration(max)} such as 30s, 15m, 2h or 7d`;
+  return z
+    .string()
+    .refine((v) => parseDuration(v) !== undefined, message)
+    .transform((v) => parseDuration(v)!)
+    .pipe(z.number().min(min, message).max(max, message));
+};
 
 const optionalText = z.string().min(1).optional();
 
@@ -68,6 +79,10 @@ export const ConfigSchema = z.object({
     .optional(),
   CONSUMER_DATABASE_URL_TEMPLATE: z.string().includes('{name}', { message: 'a libSQL URL containing {name}' }).default('file:./data/{name}.db'),
   INBOX_RETENTION_DAYS: int(1, 3650).default(30),
+  /** How long a stored Idempotency-Key answers a retry; older keys are compacted by the api role (ms). */
+  IDEMPOTENCY_RETENTION: duration(60_000, 3650 * 86_400_000).default(86_400_000),
+  /** How long `sent` outbox rows are kept; older ones are compacted by the relay role (ms). */
+  OUTBOX_RETENTION: duration(60_000, 3650 * 86_400_000).default(7 * 86_400_000),
   CONSUMER_ACK_WAIT_MS: int(100, 3_600_000).default(30_000),
   CONSUMER_MAX_DELIVER: int(1, 1000).default(10),
   CONSUMER_BATCH: int(1, 10_000).default(256),

@@ -10,6 +10,9 @@ import { createMetrics, type Metrics } from './metrics/metrics.ts';
 import type { ConnectNats } from './nats/connect.ts';
 import { kickSubject, streamSettingsFrom } from './nats/stream-settings.ts';
 import { createKicker } from './outbox/kicker.ts';
+import { compactOutbox } from './outbox/compact-outbox.ts';
+import { compactIdempotencyKeys } from './http/idempotency-retention.ts';
+import { compactPeriodically, HOURLY, type CompactionSchedule } from './ops/compaction.ts';
 import { createOutboxMetrics, registerOutboxGauges } from './outbox/outbox-metrics.ts';
 import { createRelay, type Relay, type RelayRunOptions } from './outbox/relay.ts';
 import type { RelayFaults } from './outbox/relay-pass.ts';
@@ -19,7 +22,7 @@ import { createSignal } from './signal.ts';
 import { findSubscriber, subscribers } from './consumers/subscribers.ts';
 import { createReportRoutes } from './consumers/consumers.routes.ts';
 import { createConsumerRunner, type ConsumerFaults, type ConsumerRunner } from './inbox/consumer-runner.ts';
-import { assertSafeRetention, compactInboxPeriodically } from './inbox/retention.ts';
+import { assertSafeRetention, compactInboxPeriodically, retentionSettingsFrom } from './inbox/retention.ts';
 import { applyWithoutInbox } from './inbox/without-inbox.ts';
 
 export type ServiceIo = {
@@ -36,6 +39,8 @@ export type ServiceIo = {
   relayFaults?: RelayFaults;
   /** Bounds for the relay role (time limit, message count); unbounded by default. */
   relayRun?: Omit<RelayRunOptions, 'signal'>;
+  /** When the periodic compactions run (default: a minute after start, then hourly). */
+  compactionSchedule?: CompactionSchedule;
 };
 
 export type Service = {
@@ -80,6 +85,13 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
 
   const stop = new AbortController();
   const background: Promise<void>[] = [];
+  // Compaction timers run until stop, outside `background`: a bounded relay run ends its process without them.
+  const housekeeping: Promise<void>[] = [];
+  const schedule = io.compactionSchedule ?? HOURLY;
+  if (roles.has('api')) {
+    const forget = (signal: AbortSignal) => compactIdempotencyKeys({ writer: deps.writer, clock }, { olderThanMs: config.IDEMPOTENCY_RETENTION, signal });
+    housekeeping.push(compactPeriodically('idempotency keys', forget, { log: io.log }, schedule, stop.signal));
+  }
   let relay: Relay | undefined;
   if (roles.has('relay')) {
     if (!io.connect) throw new Error('the relay role needs a NATS transport');
@@ -98,6 +110,8 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
       ...(io.relayFaults ? { faults: io.relayFaults } : {}),
     });
     background.push(relay.run({ ...io.relayRun, signal: stop.signal }).then(() => undefined));
+    const compact = (signal: AbortSignal) => compactOutbox(deps, { cutoffMs: clock().getTime() - config.OUTBOX_RETENTION, signal });
+    housekeeping.push(compactPeriodically('outbox', compact, { log: io.log }, schedule, stop.signal));
   }
 
   const consumers: ConsumerRunner[] = [];
@@ -107,13 +121,7 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
     if (!io.connect || !io.openSubscriberDb) throw new Error('the consumers role needs a NATS transport and subscriber databases');
     const names = config.CONSUMERS ?? Object.keys(subscribers);
     const nakMaxMs = config.RELAY_MAX_BACKOFF_MS;
-    assertSafeRetention({
-      retentionMs: config.INBOX_RETENTION_DAYS * 86_400_000,
-      duplicateWindowMs: config.STREAM_DUPLICATE_WINDOW_MS,
-      maxDeliver: config.CONSUMER_MAX_DELIVER,
-      ackWaitMs: config.CONSUMER_ACK_WAIT_MS,
-      maxBackoffMs: nakMaxMs,
-    });
+    assertSafeRetention({ retentionMs: config.INBOX_RETENTION_DAYS * 86_400_000, ...retentionSettingsFrom(config) });
     for (const name of names) {
       const subscriber = findSubscriber(name);
       const client = await io.openSubscriberDb(name);
@@ -142,7 +150,7 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
       });
       consumers.push(runner);
       background.push(runner.run({ signal: stop.signal }).then(() => undefined));
-      background.push(compactInboxPeriodically({ writer, clock, log: io.log, name }, config.INBOX_RETENTION_DAYS * 86_400_000, stop.signal));
+      housekeeping.push(compactInboxPeriodically({ writer, clock, log: io.log, name }, config.INBOX_RETENTION_DAYS * 86_400_000, stop.signal, schedule));
     }
   }
 
@@ -150,7 +158,7 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
     api: roles.has('api'),
     readiness: () => ({
       nats: relay ? relay.state() : consumers[0]?.state() ?? 'not used by this process',
-      ...Object.fromEntries(consumers.map((c) => [`consumer:${c.name}`, c.state()])),
+      ...Object.fromEntries(consumers.flatMap((c) => [[`consumer:${c.name}`, c.state()], [`consumer:${c.name}:database`, c.databaseState()]])),
     }),
     extend: (a) => {
       a.route('/', createOpsRoutes({ db, clock, metrics, adminToken: config.ADMIN_TOKEN, outboxCommitted: deps.outboxCommitted, writer: deps.writer }));
@@ -167,7 +175,7 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
     background: Promise.all(background).then(() => undefined),
     async stop() {
       stop.abort();
-      await Promise.allSettled(background);
+      await Promise.allSettled([...background, ...housekeeping]);
       await kicker?.close();
       await deps.writer.idle();
       await Promise.all(consumers.map((c) => c.inbox.writer.idle()));

@@ -9,6 +9,12 @@ export type CheckInput = {
   natsUrl: string;
   stream: string;
   ledger: LedgerEntry[];
+  /**
+   * Orders whose placed event is a deliberate poison row (larger than the stream accepts): it must end parked
+   * (`failed`), every later event of the order still `pending` behind it, and none of them on the stream or
+   * applied by a subscriber.
+   */
+  parkedOrders?: string[];
 };
 
 export type CheckReport = {
@@ -79,8 +85,13 @@ export async function checkRun(input: CheckInput): Promise<CheckReport> {
   const keys = new Map((await readAll(input.apiDbUrl, 'SELECT key, response_body FROM idempotency_keys')).map((r) => [String(r.key), JSON.parse(String(r.response_body)) as { orderId?: string; status?: string }]));
   const stream = await readStreamEvents(input.natsUrl, input.stream);
 
-  counts.pendingOutbox = outbox.filter((r) => r.status === 'pending').length;
-  counts.failedOutbox = outbox.filter((r) => r.status === 'failed').length;
+  const parked = new Set(input.parkedOrders ?? []);
+  for (const id of parked) {
+    const rows = outbox.filter((r) => r.aggregateId === id).map((r) => r.status);
+    if (rows[0] !== 'failed' || rows.slice(1).some((s) => s !== 'pending')) v('orderViolations', `poison order ${id}: outbox statuses [${rows.join(', ')}], expected failed then pending`);
+  }
+  counts.pendingOutbox = outbox.filter((r) => r.status === 'pending' && !parked.has(r.aggregateId)).length;
+  counts.failedOutbox = outbox.filter((r) => r.status === 'failed' && !parked.has(r.aggregateId)).length;
   if (counts.pendingOutbox) violations.push(`outbox: ${counts.pendingOutbox} rows still pending`);
   if (counts.failedOutbox) violations.push(`outbox: ${counts.failedOutbox} rows failed`);
 
@@ -123,7 +134,11 @@ export async function checkRun(input: CheckInput): Promise<CheckReport> {
     if (!outboxIds.has(m.msgId) || m.msgId !== m.eventId) v('phantoms', `stream message ${m.seq} (${m.msgId}) has no outbox row`);
   }
   for (const [id, n] of seen) if (n > 1) v('duplicatedEffects', `event ${id} is ${n} times in the stream`);
-  for (const r of outbox) if (!seen.has(r.id)) v('lost', `outbox row ${r.id} (${r.type}) is not in the stream`);
+  for (const r of outbox) {
+    if (parked.has(r.aggregateId)) {
+      if (seen.has(r.id)) v('orderViolations', `event ${r.id} (${r.type}) of poison order ${r.aggregateId} reached the stream`);
+    } else if (!seen.has(r.id)) v('lost', `outbox row ${r.id} (${r.type}) is not in the stream`);
+  }
   const lastVersion = new Map<string, number>();
   for (const m of stream) {
     const prev = lastVersion.get(m.aggregateId) ?? 0;
@@ -134,7 +149,7 @@ export async function checkRun(input: CheckInput): Promise<CheckReport> {
   // subscribers: inbox == outbox ids, effects agree, no dead letters
   for (const [name, url] of Object.entries(input.subscriberDbUrls)) {
     const inbox = new Set((await readAll(url, `SELECT event_id FROM inbox WHERE consumer = '${name}'`)).map((r) => String(r.event_id)));
-    for (const id of outboxIds) if (!inbox.has(id)) v('inboxGaps', `${name} has no inbox row for event ${id}`);
+    for (const r of outbox) if (!parked.has(r.aggregateId) && !inbox.has(r.id)) v('inboxGaps', `${name} has no inbox row for event ${r.id}`);
     for (const id of inbox) if (!outboxIds.has(id)) v('phantoms', `${name} applied unknown event ${id}`);
     const dead = await readAll(url, 'SELECT event_id, error FROM dead_letters');
     counts.deadLetters += dead.length;
@@ -145,13 +160,18 @@ export async function checkRun(input: CheckInput): Promise<CheckReport> {
   for (const r of await readAll(input.subscriberDbUrls.notifications, 'SELECT order_id FROM notification_emails')) emails.set(String(r.order_id), (emails.get(String(r.order_id)) ?? 0) + 1);
   for (const id of orders.keys()) {
     const n = emails.get(id) ?? 0;
+    if (parked.has(id)) {
+      if (n > 0) v('orderViolations', `poison order ${id} has a notification email`);
+      continue;
+    }
     if (n === 0) v('lost', `order ${id} has no notification email`);
     if (n > 1) v('duplicatedEffects', `order ${id} has ${n} notification emails`);
   }
   for (const id of emails.keys()) if (!orders.has(id)) v('phantoms', `email for unknown order ${id}`);
 
   const expected = new Map<string, { placed: number; cancelled: number; total: number }>();
-  for (const o of orders.values()) {
+  for (const [id, o] of orders) {
+    if (parked.has(id)) continue;
     const e = expected.get(o.customer) ?? { placed: 0, cancelled: 0, total: 0 };
     e.placed++;
     if (o.status === 'cancelled') e.cancelled++;

@@ -1,13 +1,13 @@
-// npm run torture -- --seed <n> [--commands 500 --kills 6 --broker-restarts 1 --pauses 1 --rate 40 --concurrency 8 --keep]
-import { parseArgs, parsePositiveInt, UsageError } from '../src/entry/args.ts';
-import { formatReport, runTorture, violationCount } from './run.ts';
+// npm run torture -- --seed <n> [--commands 500 --kills 6 --broker-restarts 1 --pauses 1 --rate 40 --concurrency 8 --backlog 20000 --lock-subscriber 12s --keep]
+import { parseArgs, parseDurationOption, parsePositiveInt, UsageError } from '../src/entry/args.ts';
+import { DELIVERY_BUDGET_MS, formatReport, runTorture, violationCount } from './run.ts';
 
-const USAGE = 'usage: npm run torture -- --seed <n> [--commands N] [--kills K] [--broker-restarts R] [--pauses P] [--rate per-second] [--concurrency C] [--broken no-inbox|mark-before-puback] [--keep]';
+const USAGE = 'usage: npm run torture -- --seed <n> [--commands N] [--kills K] [--broker-restarts R] [--pauses P] [--rate per-second] [--concurrency C] [--backlog rows] [--lock-subscriber <duration>] [--broken no-inbox|mark-before-puback] [--keep]';
 
 let options: Parameters<typeof runTorture>[0];
 try {
   const { values, flags, positional } = parseArgs(process.argv.slice(2), {
-    values: ['seed', 'commands', 'kills', 'broker-restarts', 'pauses', 'rate', 'concurrency', 'broken'],
+    values: ['seed', 'commands', 'kills', 'broker-restarts', 'pauses', 'rate', 'concurrency', 'backlog', 'lock-subscriber', 'broken'],
     flags: ['keep'],
   });
   if (positional.length) throw new UsageError(`unexpected argument ${positional[0]}`);
@@ -22,6 +22,8 @@ try {
     pauses: count('pauses', 1),
     rate: count('rate', 40),
     concurrency: count('concurrency', 8),
+    backlog: count('backlog', 20_000),
+    lockSubscriberMs: values['lock-subscriber'] === undefined ? DELIVERY_BUDGET_MS + 3000 : values['lock-subscriber'] === '0' ? 0 : parseDurationOption(values['lock-subscriber'], 'lock-subscriber'),
     ...(values.broken ? { broken: values.broken as 'no-inbox' | 'mark-before-puback' } : {}),
     keep: flags.has('keep'),
   };

@@ -36,7 +36,7 @@ export function createStateOnlyApp(deps: Deps, afterCommit?: AfterCommit): Hono 
         };
       }),
     );
-    if (afterCommit && !res.replayed) await afterCommit(events);
+    if (afterCommit && !('problem' in res) && !res.replayed) await afterCommit(events);
     return sendCommandResponse(c, res);
   });
   return createApp(deps, { api: false, extend: (app) => app.route('/orders', orders) });

@@ -18,8 +18,9 @@ function hasInfrastructureCode(error: unknown, depth: number): boolean {
   if (typeof error !== 'object' || error === null || depth > 8) return false;
   const e = error as { code?: unknown; extendedCode?: unknown; message?: unknown; cause?: unknown };
   if ([e.code, e.extendedCode].some((c) => typeof c === 'string' && INFRASTRUCTURE_CODES.test(c))) return true;
-  if (e.code === 'CLIENT_CLOSED') return true;
-  if (typeof e.message === 'string' && /statements in progress|disk is full|disk I\/O error|database or disk is full|unable to open database/i.test(e.message)) {
+  // a closed client, a remote server's stream or connection gone (sqld/Turso over Hrana)
+  if (typeof e.code === 'string' && /^(CLIENT_CLOSED|HRANA_|STREAM_EXPIRED|SERVER_ERROR)/.test(e.code)) return true;
+  if (typeof e.message === 'string' && /statements in progress|ConnectionFailed|disk is full|disk I\/O error|database or disk is full|unable to open database/i.test(e.message)) {
     return true;
   }
   return e.cause !== undefined && e.cause !== error && hasInfrastructureCode(e.cause, depth + 1);

@@ -2,6 +2,7 @@ import type { Client, Transaction } from '@libsql/client';
 import { drizzle, type LibSQLDatabase, type LibSQLTransaction } from 'drizzle-orm/libsql';
 import type { ExtractTablesWithRelations } from 'drizzle-orm';
 import { schema } from './schema.ts';
+import { busyBudgetOf, retryWhileBusy } from './write-lock.ts';
 
 export type Schema = typeof schema;
 /** The service database: drizzle over a libSQL client. Reads may use it directly; writes go through the Writer. */
@@ -14,10 +15,13 @@ export function createDatabase(client: Client): Database {
   return drizzle(client, { schema }) as Database;
 }
 
-/** Settings that live in the database file, not in a connection: WAL survives reopen, so pooled connections all get it. */
+/**
+ * Settings that live in the database file, not in a connection: WAL survives reopen, so pooled connections all get
+ * it. Switching a new file to WAL needs a moment of exclusive lock, so processes starting together wait their turn.
+ */
 export async function prepareLocalDatabase(client: Client): Promise<void> {
   if (client.protocol !== 'file') return;
-  await client.execute('PRAGMA journal_mode = WAL');
+  await retryWhileBusy(busyBudgetOf(client), () => client.executeMultiple('PRAGMA journal_mode = WAL'));
 }
 
 /**

@@ -1,21 +1,26 @@
 import { sqlOf, type Database, type Tx } from './open-database.ts';
 import { DatabaseBusyError, isBusyError } from './busy.ts';
+import { busyBudgetOf, dropPoisonedConnections, nextBusySleep, sleep, writeLockBusy } from './write-lock.ts';
 
 /** Runs write transactions one at a time for this process, grouping queued ones into a single commit. */
 export type Writer = {
   /**
    * Runs `fn` inside a write transaction (BEGIN IMMEDIATE) and resolves with its result only after the commit.
-   * `fn` must do database work only and may run more than once: it may share the transaction with other queued
+   * `fn` must do database work only and may run more than once: it shares the transaction with other queued
    * writes, and when one of them throws, the group is rolled back and run again with each write in its own
-   * savepoint, so a throw rolls back `fn`'s own work and rejects only its own promise.
+   * savepoint, so a throw rolls back `fn`'s own work and rejects only its own promise. Expected outcomes (not
+   * found, conflict) should be returned as values: a throw costs the whole group a rollback and a second run.
+   * While another process holds the write lock, rejects with DatabaseBusyError once `fn` has waited the busy budget.
    */
   write<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
   /** Resolves once everything queued so far has committed or failed. */
   idle(): Promise<void>;
 };
 
-type Job = { fn: (tx: Tx) => Promise<unknown>; resolve: (v: unknown) => void; reject: (e: unknown) => void };
+type Job = { fn: (tx: Tx) => Promise<unknown>; resolve: (v: unknown) => void; reject: (e: unknown) => void; deadline: number };
 type Outcome = { ok: true; value: unknown } | { ok: false; error: unknown };
+/** How a group attempt ended: it ran (every job settled), or another process held the write lock (no job ran). */
+type GroupRun = { ran: true } | { ran: false; busy: unknown };
 
 /**
  * Runs `fn` after the event loop's current turn, so requests whose bytes arrived together are all parsed and
@@ -29,9 +34,12 @@ const nextTurn: (fn: () => void) => void =
  * One write queue per database per process. @libsql/client's local driver is synchronous, so a second
  * in-process BEGIN IMMEDIATE while one is open would block the event loop until the busy timeout; the queue
  * avoids that, and it is where group commit happens: up to `maxGroup` queued writes share one fsync.
+ * While another process holds the write lock, the queue waits asynchronously (short probes, growing sleeps) and
+ * fails each job with DatabaseBusyError when its own `busyTimeoutMs` (the client's busy budget by default) runs out.
  */
-export function createWriter(db: Database, options: { maxGroup?: number } = {}): Writer {
+export function createWriter(db: Database, options: { maxGroup?: number; busyTimeoutMs?: number } = {}): Writer {
   const maxGroup = options.maxGroup ?? 64;
+  const budgetMs = options.busyTimeoutMs ?? busyBudgetOf(db.$client);
   const queue: Job[] = [];
   let draining: Promise<void> | undefined;
 
@@ -40,11 +48,13 @@ export function createWriter(db: Database, options: { maxGroup?: number } = {}):
    * rolls back and the group runs again with each job in its own savepoint, so only the thrower fails. Savepoints
    * cost two statements per job, which the common, failure-free group does not pay.
    */
-  async function runGroup(group: Job[], isolated = false): Promise<void> {
+  async function runGroup(group: Job[], isolated = false): Promise<GroupRun> {
     const outcomes: Outcome[] = [];
+    let began = false;
     let jobThrew = false;
     try {
       await db.transaction(async (tx) => {
+        began = true;
         const raw = sqlOf(tx as Tx);
         for (const job of group) {
           if (!isolated) {
@@ -69,32 +79,67 @@ export function createWriter(db: Database, options: { maxGroup?: number } = {}):
         }
       });
     } catch (error) {
-      if (jobThrew && group.length > 1) return runGroup(group, true);
       const busy = isBusyError(error);
-      if (busy) dropPoisonedConnections(db);
+      if (busy) dropPoisonedConnections(db.$client);
+      // BEGIN itself found the lock taken (another process got it since the probe): nothing ran, wait and retry.
+      if (!began && busy) return { ran: false, busy: error };
+      if (jobThrew && group.length > 1) return runGroup(group, true);
       const wrapped = busy ? new DatabaseBusyError(error) : error;
       group.forEach((job, i) => {
         const own = outcomes[i];
         job.reject(own && !own.ok ? own.error : wrapped);
       });
-      return;
+      return { ran: true };
     }
     group.forEach((job, i) => {
       const o = outcomes[i]!;
       if (o.ok) job.resolve(o.value);
       else job.reject(o.error);
     });
+    return { ran: true };
+  }
+
+  /** Rejects the jobs whose wait for another process's lock has run out; deadlines grow along the queue. */
+  function expire(cause: unknown): void {
+    const now = Date.now();
+    let n = 0;
+    while (n < queue.length && queue[n]!.deadline <= now) n++;
+    for (const job of queue.splice(0, n)) job.reject(new DatabaseBusyError(cause));
   }
 
   async function drain(): Promise<void> {
-    while (queue.length > 0) await runGroup(queue.splice(0, maxGroup));
-    draining = undefined;
+    let wait = 0;
+    try {
+      while (queue.length > 0) {
+        // Probing first keeps a taken lock from failing client.transaction()'s BEGIN, which would poison a connection.
+        // Any other failure of the probe (a closed client, an I/O error) is left for the group's own BEGIN to report.
+        const busy = await writeLockBusy(db.$client).catch(() => undefined);
+        let run: GroupRun = { ran: false, busy };
+        if (busy === undefined) {
+          const group = queue.splice(0, maxGroup);
+          run = await runGroup(group);
+          if (!run.ran) queue.unshift(...group);
+        }
+        if (run.ran) {
+          wait = 0;
+          continue;
+        }
+        expire(run.busy);
+        if (queue.length === 0) break;
+        wait = nextBusySleep(wait);
+        await sleep(Math.min(wait, queue[0]!.deadline - Date.now()));
+        expire(run.busy);
+      }
+    } finally {
+      // Synchronously after the last look at the queue: a write queued from here on starts a new drain.
+      draining = undefined;
+    }
   }
 
   return {
     write<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
       return new Promise<T>((resolve, reject) => {
-        queue.push({ fn, resolve: resolve as (v: unknown) => void, reject });
+        queue.push({ fn, resolve: resolve as (v: unknown) => void, reject, deadline: Date.now() + budgetMs });
         draining ??= new Promise<void>((resolve) => nextTurn(() => resolve(drain())));
       });
     },
@@ -102,18 +147,4 @@ export function createWriter(db: Database, options: { maxGroup?: number } = {}):
       while (draining) await draining;
     },
   };
-}
-
-/**
- * @libsql/client 0.18 leaves a statement that failed with SQLITE_BUSY (here: the BEGIN IMMEDIATE that waited out the
- * busy timeout) un-reset on its pooled connection. Until GC finalizes it, every COMMIT on that connection fails with
- * "cannot commit transaction - SQL statements in progress", and an autocommit write on it silently stays uncommitted
- * while holding the write lock. Reopening the pool closes that connection; the next write gets a fresh one.
- */
-function dropPoisonedConnections(db: Database): void {
-  try {
-    db.$client.reconnect();
-  } catch {
-    // A client that cannot reconnect (closed, remote) has no pooled connection to drop.
-  }
 }

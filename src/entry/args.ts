@@ -1,48 +1,61 @@
-// Command-line parsing shared by the relay, consumer and CLI entries.
+// Command-line parsing shared by the relay, consumer and CLI entries. Every mistake is a UsageError, raised before
+// anything is opened, so a bad command line prints the usage, exits 2 and changes nothing.
+import { formatDuration, MAX_DURATION_MS, parseDuration } from '../duration.ts';
 
 /** A bad command line: the entry prints the message and the usage, then exits 2. */
 export class UsageError extends Error {
   override readonly name = 'UsageError';
 }
 
-/** Parses `--name value` and `--flag` pairs; positional words are returned in order. */
-export function parseArgs(argv: string[], known: { values: string[]; flags?: string[] }): { positional: string[]; values: Record<string, string>; flags: Set<string> } {
+/**
+ * Parses `--name value`, `--name=value` and `--flag`; throws UsageError for an unknown option, an option given
+ * twice, a missing value, or more than `positional` (default 0) positional words, which are returned in order.
+ */
+export function parseArgs(
+  argv: string[],
+  known: { values: string[]; flags?: string[]; positional?: number },
+): { positional: string[]; values: Record<string, string>; flags: Set<string> } {
   const values: Record<string, string> = {};
   const flags = new Set<string>();
   const positional: string[] = [];
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     if (!arg.startsWith('--')) {
+      if (positional.length >= (known.positional ?? 0)) throw new UsageError(`unexpected argument ${JSON.stringify(arg)}`);
       positional.push(arg);
       continue;
     }
     const [name, inline] = arg.slice(2).split(/=(.*)/s, 2) as [string, string | undefined];
+    if (flags.has(name) || Object.hasOwn(values, name)) throw new UsageError(`--${name} given more than once`);
     if (known.flags?.includes(name)) {
+      if (inline !== undefined) throw new UsageError(`--${name} takes no value`);
       flags.add(name);
     } else if (known.values.includes(name)) {
       const value = inline ?? argv[++i];
       if (value === undefined || value.startsWith('--')) throw new UsageError(`--${name} needs a value`);
       values[name] = value;
     } else {
-      throw new UsageError(`unknown option --${arg.slice(2)}`);
+      throw new UsageError(`unknown option --${name}`);
     }
   }
   return { positional, values, flags };
 }
 
-const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
-
-/** Parses a duration such as `500ms`, `30s`, `15m`, `2h` or `7d` into milliseconds. */
-export function parseDuration(text: string, option: string): number {
-  const m = /^(\d+)(ms|s|m|h|d)$/.exec(text.trim());
-  if (!m) throw new UsageError(`--${option} must be a duration such as 30s, 15m, 2h or 7d (got ${JSON.stringify(text)})`);
-  return Number(m[1]) * UNITS[m[2]!]!;
+/** Parses a duration option (`500ms`, `30s`, `15m`, `2h`, `7d`) into milliseconds, within [min, max]. */
+export function parseDurationOption(text: string, option: string, range: { min?: number; max?: number } = {}): number {
+  const min = range.min ?? 0;
+  const max = range.max ?? MAX_DURATION_MS;
+  const ms = parseDuration(text);
+  if (ms === undefined || ms < min || ms > max) {
+    throw new UsageError(`--${option} must be a duration between ${formatDuration(min)} and ${formatDuration(max)} such as 30s, 15m, 2h or 7d (got ${JSON.stringify(text)})`);
+  }
+  return ms;
 }
 
-/** Parses a positive integer option. */
-export function parsePositiveInt(text: string, option: string): number {
-  if (!/^\d+$/.test(text) || Number(text) < 1 || !Number.isSafeInteger(Number(text))) {
-    throw new UsageError(`--${option} must be a positive integer (got ${JSON.stringify(text)})`);
+/** Parses an integer option between 1 and `max` (default: the largest safe integer). */
+export function parsePositiveInt(text: string, option: string, max = Number.MAX_SAFE_INTEGER): number {
+  if (!/^\d{1,16}$/.test(text) || Number(text) < 1 || Number(text) > max) {
+    throw new UsageError(`--${option} must be an integer between 1 and ${max} (got ${JSON.stringify(text)})`);
   }
   return Number(text);
 }

@@ -1,35 +1,55 @@
-// `npm run cli -- <command> [options]`: operational commands against DATABASE_URL.
+// `npm run cli -- <command> [options]`: operational commands against DATABASE_URL. Every argument is checked, and
+// every refusal made, before a database is opened: a bad command line exits 2 and changes nothing.
+import type { Config } from '../config.ts';
 import { createDatabase } from '../db/open-database.ts';
 import { createWriter } from '../db/writer.ts';
-import { migrateDatabase } from '../db/migrate.ts';
+import { formatDuration } from '../duration.ts';
+import { compactIdempotencyKeys } from '../http/idempotency-retention.ts';
 import { compactOutbox } from '../outbox/compact-outbox.ts';
 import { listFailed, requeueFailed } from '../outbox/failed-rows.ts';
 import { readOutboxStats } from '../outbox/outbox-stats.ts';
-import { parseArgs, parseDuration, parsePositiveInt, UsageError } from './args.ts';
-import { loadConfigOrExit, MIGRATIONS_FOLDER, openClient, openSubscriberDb } from './boot.ts';
+import { parseArgs, parseDurationOption, parsePositiveInt, UsageError } from './args.ts';
+import { loadConfigOrExit, migrateOrExit, MIGRATIONS_FOLDER, openClient, openSubscriberDb } from './boot.ts';
+import { exitOnFatalErrors } from './fatal-errors.ts';
 import { findSubscriber } from '../consumers/subscribers.ts';
 import { createAppRegistry } from '../events/catalog.ts';
 import { listDeadLetters, replayDeadLetters } from '../inbox/dead-letters.ts';
 import { createInboxDeps } from '../inbox/handle-once.ts';
-import { compactInbox } from '../inbox/retention.ts';
+import { assertSafeRetention, compactInbox, retentionSettingsFrom, UnsafeRetentionError } from '../inbox/retention.ts';
+import type { Subscriber } from '../inbox/subscriber.ts';
 import { createMetrics } from '../metrics/metrics.ts';
 
 const USAGE = `usage: npm run cli -- <command> [options]
   outbox:stats                                   counts by status and the age of the oldest pending row
   outbox:failed [--limit 100]                    parked rows with their last error
   outbox:retry-failed (--id <event id> | --all)  put failed rows back to pending with attempts 0
-  outbox:compact [--older-than 7d] [--batch 10000]  delete sent rows older than the cutoff, in batches
+  outbox:compact [--older-than <OUTBOX_RETENTION>] [--batch 10000]  delete sent rows older than the cutoff, in batches
+  idempotency:compact [--older-than <IDEMPOTENCY_RETENTION>] [--batch 10000] [--force]  forget older Idempotency-Keys
   inbox:dead-letters --consumer <name>           a subscriber's dead letters with their errors
   inbox:replay --consumer <name> (--id <event id> | --all)  re-apply dead letters through the inbox
-  inbox:compact --consumer <name> [--older-than 30d] [--batch 10000]  delete inbox rows older than the cutoff`;
+  inbox:compact --consumer <name> [--older-than <INBOX_RETENTION_DAYS>] [--batch 10000] [--force]  delete older inbox rows
+durations: 500ms, 30s, 15m, 2h, 7d (up to 3650d); --batch: 1 to 100000; --limit: 1 to 10000.
+A compaction shorter than the guarantee it serves is refused (exit 2) unless --force.`;
+
+const MAX_BATCH = 100_000;
+
+/** An operation that would break a guarantee: its one-line reason is printed and the CLI exits 2. */
+class RefusedError extends Error {
+  override readonly name = 'RefusedError';
+}
 
 type Command = (args: string[]) => Promise<void>;
 
+let loaded: Config | undefined;
+/** The configuration, loaded once (a bad value exits 2 before anything is opened). */
+const config = () => (loaded ??= loadConfigOrExit());
+
+const batchOption = (values: Record<string, string>) => (values.batch !== undefined ? parsePositiveInt(values.batch, 'batch', MAX_BATCH) : undefined);
+
 async function withDatabase<T>(fn: (d: { db: ReturnType<typeof createDatabase>; writer: ReturnType<typeof createWriter> }) => Promise<T>): Promise<T> {
-  const config = loadConfigOrExit();
-  const client = await openClient(config.DATABASE_URL, config);
+  const client = await openClient(config().DATABASE_URL, config());
   try {
-    if (config.MIGRATE_ON_START) await migrateDatabase(client, MIGRATIONS_FOLDER);
+    if (config().MIGRATE_ON_START) await migrateOrExit(client, MIGRATIONS_FOLDER);
     const db = createDatabase(client);
     return await fn({ db, writer: createWriter(db) });
   } finally {
@@ -37,20 +57,22 @@ async function withDatabase<T>(fn: (d: { db: ReturnType<typeof createDatabase>; 
   }
 }
 
-/** Opens the subscriber named by --consumer: its database, write queue and inbox dependencies. */
-async function withSubscriber<T>(name: string | undefined, fn: (s: { db: ReturnType<typeof createDatabase>; inbox: ReturnType<typeof createInboxDeps> }) => Promise<T>): Promise<T> {
+/** The subscriber named by --consumer; a missing or unknown name is a usage error. */
+function subscriberNamed(name: string | undefined): Subscriber {
   if (!name) throw new UsageError('--consumer <name> is required');
-  let subscriber;
   try {
-    subscriber = findSubscriber(name);
+    return findSubscriber(name);
   } catch (error) {
     throw new UsageError((error as Error).message);
   }
-  const config = loadConfigOrExit();
-  const client = await openSubscriberDb(config, name);
+}
+
+/** Opens a subscriber's database, write queue and inbox dependencies. */
+async function withSubscriber<T>(subscriber: Subscriber, fn: (s: { db: ReturnType<typeof createDatabase>; inbox: ReturnType<typeof createInboxDeps> }) => Promise<T>): Promise<T> {
+  const client = await openSubscriberDb(config(), subscriber.name);
   try {
     const db = createDatabase(client);
-    const inbox = createInboxDeps(subscriber, { writer: createWriter(db), registry: createAppRegistry(), metrics: createMetrics(), maxDeliver: config.CONSUMER_MAX_DELIVER });
+    const inbox = createInboxDeps(subscriber, { writer: createWriter(db), registry: createAppRegistry(), metrics: createMetrics(), maxDeliver: config().CONSUMER_MAX_DELIVER });
     return await fn({ db, inbox });
   } finally {
     client.close();
@@ -65,7 +87,7 @@ const commands: Record<string, Command> = {
   },
   'outbox:failed': async (argv) => {
     const { values } = parseArgs(argv, { values: ['limit'] });
-    const limit = values.limit ? parsePositiveInt(values.limit, 'limit') : 100;
+    const limit = values.limit !== undefined ? parsePositiveInt(values.limit, 'limit', 10_000) : 100;
     const rows = await withDatabase(({ db }) => listFailed(db, limit));
     if (rows.length === 0) console.log('no failed outbox rows');
     for (const r of rows) {
@@ -85,17 +107,38 @@ const commands: Record<string, Command> = {
   },
   'outbox:compact': async (argv) => {
     const { values } = parseArgs(argv, { values: ['older-than', 'batch'] });
-    const olderThanMs = parseDuration(values['older-than'] ?? '7d', 'older-than');
-    const batch = values.batch ? parsePositiveInt(values.batch, 'batch') : 10_000;
-    const cutoffMs = Date.now() - olderThanMs;
+    const given = values['older-than'] !== undefined ? parseDurationOption(values['older-than'], 'older-than') : undefined;
+    const batch = batchOption(values);
+    // sent rows are published: deleting them at any age breaks no guarantee, so there is no floor
+    const cutoffMs = Date.now() - (given ?? config().OUTBOX_RETENTION);
     const result = await withDatabase((d) =>
-      compactOutbox(d, { cutoffMs, batch, onBatch: (p) => console.log(`batch ${p.batches}: ${p.deleted} sent row(s) deleted so far`) }),
+      compactOutbox(d, { cutoffMs, ...(batch ? { batch } : {}), onBatch: (p) => console.log(`batch ${p.batches}: ${p.deleted} sent row(s) deleted so far`) }),
     );
     console.log(`deleted ${result.deleted} sent row(s) older than ${new Date(cutoffMs).toISOString()} in ${result.batches} batch(es)`);
   },
+  'idempotency:compact': async (argv) => {
+    const { values, flags } = parseArgs(argv, { values: ['older-than', 'batch'], flags: ['force'] });
+    const given = values['older-than'] !== undefined ? parseDurationOption(values['older-than'], 'older-than') : undefined;
+    const batch = batchOption(values);
+    const retention = config().IDEMPOTENCY_RETENTION;
+    const olderThanMs = given ?? retention;
+    if (olderThanMs < retention && !flags.has('force')) {
+      throw new RefusedError(
+        `Refusing to forget Idempotency-Keys younger than IDEMPOTENCY_RETENTION (${formatDuration(retention)}): a client retrying one of those requests would run it twice. Pass --force to compact anyway.`,
+      );
+    }
+    const result = await withDatabase(({ writer }) =>
+      compactIdempotencyKeys(
+        { writer, clock: () => new Date() },
+        { olderThanMs, ...(batch ? { batch } : {}), onBatch: (p) => console.log(`batch ${p.batches}: ${p.deleted} key(s) deleted so far`) },
+      ),
+    );
+    console.log(`deleted ${result.deleted} idempotency key(s) stored before ${new Date(result.cutoff).toISOString()} in ${result.batches} batch(es)`);
+  },
   'inbox:dead-letters': async (argv) => {
     const { values } = parseArgs(argv, { values: ['consumer'] });
-    const letters = await withSubscriber(values.consumer, ({ db }) => listDeadLetters(db, values.consumer!));
+    const subscriber = subscriberNamed(values.consumer);
+    const letters = await withSubscriber(subscriber, ({ db }) => listDeadLetters(db, subscriber.name));
     if (letters.length === 0) console.log(`no dead letters for ${values.consumer}`);
     for (const d of letters) {
       console.log(`${d.eventId}  ${d.subject}  deliveries=${d.deliveries}  dead=${new Date(d.deadAt).toISOString()}\n    ${d.error}`);
@@ -103,28 +146,48 @@ const commands: Record<string, Command> = {
   },
   'inbox:replay': async (argv) => {
     const { values, flags } = parseArgs(argv, { values: ['consumer', 'id'], flags: ['all'] });
+    const subscriber = subscriberNamed(values.consumer);
     if (flags.has('all') === (values.id !== undefined)) throw new UsageError('give exactly one of --id <event id> or --all');
-    const report = await withSubscriber(values.consumer, ({ db, inbox }) => replayDeadLetters({ ...inbox, db }, values.id ?? 'all'));
+    const report = await withSubscriber(subscriber, ({ db, inbox }) => replayDeadLetters({ ...inbox, db }, values.id ?? 'all'));
     console.log(JSON.stringify(report, null, 2));
     if (report.failed.length > 0 || report.notFound.length > 0) process.exitCode = 1;
   },
   'inbox:compact': async (argv) => {
-    const { values } = parseArgs(argv, { values: ['consumer', 'older-than', 'batch'] });
-    const olderThanMs = parseDuration(values['older-than'] ?? '30d', 'older-than');
-    const batch = values.batch ? parsePositiveInt(values.batch, 'batch') : 10_000;
-    const result = await withSubscriber(values.consumer, ({ inbox }) => compactInbox({ writer: inbox.writer, clock: () => new Date() }, { olderThanMs, batch }));
-    console.log(`deleted ${result.deleted} inbox row(s) of ${values.consumer} received before ${new Date(result.cutoff).toISOString()} in ${result.batches} batch(es)`);
+    const { values, flags } = parseArgs(argv, { values: ['consumer', 'older-than', 'batch'], flags: ['force'] });
+    const subscriber = subscriberNamed(values.consumer);
+    const given = values['older-than'] !== undefined ? parseDurationOption(values['older-than'], 'older-than') : undefined;
+    const batch = batchOption(values);
+    const olderThanMs = given ?? config().INBOX_RETENTION_DAYS * 86_400_000;
+    // the floor start-up applies: a copy of an event may still arrive while its inbox row is younger
+    if (!flags.has('force')) {
+      try {
+        assertSafeRetention({ retentionMs: olderThanMs, ...retentionSettingsFrom(config()) });
+      } catch (error) {
+        if (error instanceof UnsafeRetentionError) throw new RefusedError(`${error.message} Pass --force to compact anyway.`);
+        throw error;
+      }
+    }
+    const result = await withSubscriber(subscriber, ({ inbox }) =>
+      compactInbox({ writer: inbox.writer, clock: () => new Date() }, { olderThanMs, ...(batch ? { batch } : {}) }),
+    );
+    console.log(`deleted ${result.deleted} inbox row(s) of ${subscriber.name} received before ${new Date(result.cutoff).toISOString()} in ${result.batches} batch(es)`);
   },
 };
 
+exitOnFatalErrors(() => process.exit(1));
+
 const [name, ...rest] = process.argv.slice(2);
-const command = name ? commands[name] : undefined;
+const command = name && Object.hasOwn(commands, name) ? commands[name] : undefined;
 try {
   if (!command) throw new UsageError(name ? `unknown command ${name}` : 'missing command');
   await command(rest);
 } catch (error) {
   if (error instanceof UsageError) {
     console.error(`${error.message}\n${USAGE}`);
+    process.exit(2);
+  }
+  if (error instanceof RefusedError) {
+    console.error(error.message);
     process.exit(2);
   }
   console.error(`error: ${error instanceof Error ? error.message : String(error)}`);

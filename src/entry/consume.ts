@@ -1,5 +1,5 @@
 // `npm run consume -- <name>`: one subscriber alone, for a supervisor or a container.
-import { findSubscriber, subscribers } from '../consumers/subscribers.ts';
+import { findSubscriber, subscribers, UnknownSubscriberError } from '../consumers/subscribers.ts';
 import { parseArgs, UsageError } from './args.ts';
 import { boot, stopOnSignals } from './boot.ts';
 import { serveOnNode } from './serve-node.ts';
@@ -8,12 +8,12 @@ const USAGE = `usage: npm run consume -- <${Object.keys(subscribers).join('|')}>
 
 let name: string;
 try {
-  const { positional } = parseArgs(process.argv.slice(2), { values: [] });
-  if (positional.length !== 1) throw new UsageError(positional.length ? `unexpected argument ${positional[1]}` : 'missing subscriber name');
+  const { positional } = parseArgs(process.argv.slice(2), { values: [], positional: 1 });
+  if (positional.length === 0) throw new UsageError('missing subscriber name');
   name = positional[0]!;
   findSubscriber(name);
 } catch (error) {
-  if (!(error instanceof Error) || !(error instanceof UsageError || error.name === 'UnknownSubscriberError')) throw error;
+  if (!(error instanceof UsageError || error instanceof UnknownSubscriberError)) throw error;
   console.error(`${error.message}\n${USAGE}`);
   process.exit(2);
 }

@@ -1,17 +1,19 @@
 // `npm run relay [-- --time-limit 30s] [--max-messages N]`: the relay alone, for a supervisor or a container.
 import { boot, stopOnSignals } from './boot.ts';
-import { parseArgs, parseDuration, parsePositiveInt, UsageError } from './args.ts';
+import { parseArgs, parseDurationOption, parsePositiveInt, UsageError } from './args.ts';
 import { serveOnNode } from './serve-node.ts';
 
-const USAGE = 'usage: npm run relay -- [--time-limit <duration, e.g. 30s>] [--max-messages <n>]';
+const USAGE = 'usage: npm run relay -- [--time-limit <duration up to 24d, e.g. 30s>] [--max-messages <n>]';
+
+/** A time limit is one timer, and timers cannot wait longer than 2^31 - 1 ms (about 24.8 days). */
+const MAX_TIME_LIMIT_MS = 24 * 86_400_000;
 
 let relayRun: { timeLimitMs?: number; maxMessages?: number };
 try {
-  const { values, positional } = parseArgs(process.argv.slice(2), { values: ['time-limit', 'max-messages'] });
-  if (positional.length > 0) throw new UsageError(`unexpected argument ${positional[0]}`);
+  const { values } = parseArgs(process.argv.slice(2), { values: ['time-limit', 'max-messages'] });
   relayRun = {
-    ...(values['time-limit'] ? { timeLimitMs: parseDuration(values['time-limit'], 'time-limit') } : {}),
-    ...(values['max-messages'] ? { maxMessages: parsePositiveInt(values['max-messages'], 'max-messages') } : {}),
+    ...(values['time-limit'] !== undefined ? { timeLimitMs: parseDurationOption(values['time-limit'], 'time-limit', { min: 1, max: MAX_TIME_LIMIT_MS }) } : {}),
+    ...(values['max-messages'] !== undefined ? { maxMessages: parsePositiveInt(values['max-messages'], 'max-messages') } : {}),
   };
 } catch (error) {
   if (!(error instanceof UsageError)) throw error;

@@ -1,8 +1,14 @@
 import type { Context } from 'hono';
 import { sqlOf, type Tx } from '../db/open-database.ts';
-import { BadRequestError, IdempotencyConflictError } from '../errors.ts';
+import { BadRequestError, IdempotencyConflictError, type AppError } from '../errors.ts';
 
+/** A command's answer to send (and, when 2xx, to store under its Idempotency-Key). */
 export type CommandResponse = { status: number; body: unknown; location?: string };
+/**
+ * An expected refusal (not found, conflict, key reused), returned from inside the writer rather than thrown, so the
+ * writes grouped into the same transaction commit without a rollback; the route throws it once the write resolved.
+ */
+export type CommandProblem = { problem: AppError };
 export type IdempotencyKey = { key: string; fingerprint: string };
 
 /** Reads and checks the Idempotency-Key header; the fingerprint covers method, path and the validated body. */
@@ -21,22 +27,25 @@ export async function readIdempotencyKey(c: Context, validatedBody: unknown): Pr
 /**
  * Runs a command once per Idempotency-Key. Must be called inside the command's write transaction, so the key row
  * commits with the command or not at all. A known key with the same fingerprint returns the stored response
- * (`replayed: true`) without running `command`; with another fingerprint it throws IdempotencyConflictError.
- * Only successful (2xx) responses are stored: a failed command leaves nothing to replay.
+ * (`replayed: true`) without running `command`; with another fingerprint it returns an IdempotencyConflictError
+ * problem. Only successful (2xx) responses are stored: a refused or failed command leaves nothing to replay.
  */
 export async function runIdempotent(
   tx: Tx,
   key: IdempotencyKey | undefined,
   now: Date,
-  command: () => Promise<CommandResponse>,
-): Promise<CommandResponse & { replayed: boolean }> {
-  if (!key) return { ...(await command()), replayed: false };
+  command: () => Promise<CommandResponse | CommandProblem>,
+): Promise<(CommandResponse & { replayed: boolean }) | CommandProblem> {
+  if (!key) {
+    const res = await command();
+    return 'problem' in res ? res : { ...res, replayed: false };
+  }
   const run = sqlOf(tx);
   const stored = (
     await run.execute({ sql: 'SELECT fingerprint, status_code, response_body, location FROM idempotency_keys WHERE key = ?', args: [key.key] })
   ).rows[0];
   if (stored) {
-    if (stored.fingerprint !== key.fingerprint) throw new IdempotencyConflictError();
+    if (stored.fingerprint !== key.fingerprint) return { problem: new IdempotencyConflictError() };
     return {
       status: Number(stored.status_code),
       body: JSON.parse(String(stored.response_body)),
@@ -45,6 +54,7 @@ export async function runIdempotent(
     };
   }
   const res = await command();
+  if ('problem' in res) return res;
   if (res.status >= 200 && res.status < 300) {
     await run.execute({
       sql: 'INSERT INTO idempotency_keys (key, fingerprint, status_code, response_body, location, created_at) VALUES (?, ?, ?, ?, ?, ?)',
@@ -54,8 +64,12 @@ export async function runIdempotent(
   return { ...res, replayed: false };
 }
 
-/** Writes a CommandResponse, marking replays with `Idempotent-Replayed: true`. */
-export function sendCommandResponse(c: Context, res: CommandResponse & { replayed: boolean }): Response {
+/**
+ * Writes a CommandResponse, marking replays with `Idempotent-Replayed: true`; a CommandProblem is thrown, after the
+ * write resolved, for app.onError to answer as problem+json.
+ */
+export function sendCommandResponse(c: Context, res: (CommandResponse & { replayed: boolean }) | CommandProblem): Response {
+  if ('problem' in res) throw res.problem;
   if (res.location) c.header('Location', res.location);
   if (res.replayed) c.header('Idempotent-Replayed', 'true');
   return c.json(res.body as object, res.status as 200);

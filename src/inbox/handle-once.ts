@@ -1,3 +1,4 @@
+import { isInfrastructureError } from '../db/infrastructure-error.ts';
 import type { Tx } from '../db/open-database.ts';
 import type { Writer } from '../db/writer.ts';
 import type { IntegrationEvent } from '../events/integration-event.ts';
@@ -21,7 +22,7 @@ export type InboxDeps = {
   handle: SubscriberHandler;
   clock: () => Date;
   metrics: InboxMetrics;
-  /** The consumer's max_deliver: a handler failure on this delivery (or later) dead-letters the message. */
+  /** The consumer's max_deliver: a handler failure on this attempt (or later) dead-letters the message. */
   maxDeliver: number;
 };
 
@@ -41,12 +42,16 @@ export function createInboxDeps(
   };
 }
 
-/** What happened to a message; the caller acks `processed`/`duplicate`, naks `retry` with a delay, terms `dead-lettered`. */
+/**
+ * What happened to a message; the caller acks `processed`/`duplicate`, terms `dead-lettered`, tries `retry` again
+ * after a delay, and keeps `deferred` (not attempted) until the earlier message of its subject is settled.
+ */
 export type InboxResult =
   | { outcome: 'processed'; eventId: string }
   | { outcome: 'duplicate'; eventId: string }
   | { outcome: 'dead-lettered'; eventId: string; error: string }
-  | { outcome: 'retry'; eventId: string; error: string };
+  | { outcome: 'retry'; eventId: string; error: string }
+  | { outcome: 'deferred'; eventId: string };
 
 export type InboxOutcome = InboxResult['outcome'];
 
@@ -91,16 +96,19 @@ class HandlerFailed extends Error {
 }
 
 /**
- * Processes delivered messages exactly once for `deps.consumer`, in order, and resolves (one result per message,
- * same order) only after the transaction that holds their outcome committed, so the caller may ack then:
+ * Processes delivered messages exactly once for `deps.consumer`, in the order given, and resolves (one result per
+ * message, same order) only after the transaction that holds their outcome committed, so the caller may ack then:
  * - the inbox rows of the whole batch are claimed with multi-row inserts and the handler runs for the new events,
  *   all in ONE write (no savepoint per message: the common case costs one statement per event plus its effect);
  * - an event already in the inbox is a `duplicate` (acked, not applied again);
  * - a body that is not JSON, an unregistered type or an invalid payload is stored as a dead letter at once;
- * - a handler that throws rolls back the whole attempt; that message alone comes back as `retry` (or, on its
- *   maxDeliver-th delivery, is dead-lettered with the error) and the rest are attempted again without it, so a
- *   failed attempt never leaves an inbox row or a partial effect behind;
- * - a failed commit (e.g. the database stayed busy) makes every message of the batch `retry`.
+ * - a handler that throws rolls back the whole attempt; that message comes back as `retry` (or, on attempt
+ *   maxDeliver, is dead-lettered with the error), the later messages of its subject (its aggregate) as `deferred`,
+ *   and the rest are attempted again without them, so a failed attempt never leaves an inbox row or a partial
+ *   effect behind and no event overtakes an earlier one of its aggregate;
+ * - a handler error that is an infrastructure error of the database (isInfrastructureError), and any failure
+ *   to write or commit, rejects: nothing of the batch committed and no message is charged with a failure; the
+ *   caller tries the same messages again once the database takes writes.
  * The first write is queued synchronously, so batches handed over in delivery order are applied in that order.
  */
 export async function handleBatch(deps: InboxDeps, msgs: InboxMessage[]): Promise<InboxResult[]> {
@@ -118,14 +126,13 @@ export async function handleBatch(deps: InboxDeps, msgs: InboxMessage[]): Promis
     try {
       fresh = await deps.writer.write((tx) => attempt(tx, deps, rest, doomed));
     } catch (error) {
-      if (!(error instanceof HandlerFailed)) {
-        const reason = describeError(error);
-        for (const r of rest) results[r.i] = { outcome: 'retry', eventId: r.event.eventId, error: reason };
-        for (const d of doomed) results[d.i] = { outcome: 'retry', eventId: d.eventId, error: `${d.error}; storing the dead letter failed: ${reason}` };
-        break;
-      }
+      if (!(error instanceof HandlerFailed)) throw error;
       const failed = rest[error.index]!;
-      rest = rest.filter((_, k) => k !== error.index);
+      const behind = (r: Valid, k: number) => k > error.index && r.msg.subject === failed.msg.subject;
+      rest.forEach((r, k) => {
+        if (behind(r, k)) results[r.i] = { outcome: 'deferred', eventId: r.event.eventId };
+      });
+      rest = rest.filter((r, k) => k !== error.index && !behind(r, k));
       if (failed.msg.deliveryCount < deps.maxDeliver) {
         results[failed.i] = { outcome: 'retry', eventId: failed.event.eventId, error: error.message };
       } else {
@@ -162,6 +169,7 @@ async function attempt(tx: Tx, deps: InboxDeps, rest: Valid[], doomed: Doomed[])
     try {
       await deps.handle(tx, event);
     } catch (error) {
+      if (isInfrastructureError(error)) throw error; // the database failed, not the handler: nobody is charged
       throw new HandlerFailed(k, error);
     }
   }

@@ -8,7 +8,7 @@ export type InboxMessage = {
   headers: Record<string, string>;
   /** The body as text (the integration event JSON). */
   payload: string;
-  /** 1 on first delivery; JetStream's delivery count after that. */
+  /** The attempt: 1 on first delivery; JetStream's delivery count plus the runner's in-process retries after that. */
   deliveryCount: number;
   /** Key for the dead letter when the body carries no usable `eventId` (e.g. it is not JSON). */
   fallbackId: string;

@@ -1,38 +1,24 @@
-import { sql } from 'drizzle-orm';
+import type { Config } from '../config.ts';
 import type { Writer } from '../db/writer.ts';
 import type { Logger } from '../logger.ts';
+import { compactPeriodically, deleteOlderThan, HOURLY, type CompactionSchedule, type CompactResult } from '../ops/compaction.ts';
 
 export const DEFAULT_INBOX_RETENTION_MS = 30 * 24 * 3600 * 1000;
 
-export type CompactInboxResult = { deleted: number; batches: number; cutoff: number };
+/** What compactInbox did, and the received_at it compared against. */
+export type CompactInboxResult = CompactResult & { cutoff: number };
 
 /**
  * Deletes inbox rows received before `now - olderThanMs`, at most `batch` per write transaction (portable
  * `DELETE … WHERE rowid IN (SELECT rowid … LIMIT ?)`), so writers are never blocked for long. Each batch commits on
- * its own; stopping half-way leaves a consistent, partly compacted inbox.
+ * its own; stopping half-way (or on `signal`) leaves a consistent, partly compacted inbox. It does not check the
+ * retention floor: callers do (assertSafeRetention).
  */
 export async function compactInbox(
   deps: { writer: Writer; clock: () => Date },
-  options: { olderThanMs: number; batch?: number },
+  options: { olderThanMs: number; batch?: number; signal?: AbortSignal },
 ): Promise<CompactInboxResult> {
-  const batch = options.batch ?? 10_000;
-  if (!Number.isInteger(batch) || batch < 1) throw new RangeError(`batch must be a positive integer (got ${batch})`);
-  const cutoff = deps.clock().getTime() - options.olderThanMs;
-  let deleted = 0;
-  let batches = 0;
-  for (;;) {
-    const n = await deps.writer.write(async (tx) => {
-      const res = await tx.run(
-        sql`DELETE FROM inbox WHERE rowid IN (SELECT rowid FROM inbox WHERE received_at < ${cutoff} ORDER BY received_at LIMIT ${batch})`,
-      );
-      return res.rowsAffected;
-    });
-    if (n === 0) break;
-    deleted += n;
-    batches++;
-    if (n < batch) break;
-  }
-  return { deleted, batches, cutoff };
+  return deleteOlderThan(deps, 'DELETE FROM inbox WHERE rowid IN (SELECT rowid FROM inbox WHERE received_at < ? ORDER BY received_at LIMIT ?)', options);
 }
 
 /** The inbox would forget an event while the broker may still deliver it again. */
@@ -69,34 +55,25 @@ export function assertSafeRetention(s: RetentionSettings): void {
   );
 }
 
+/** The floor's inputs as the service configures them: the stream's duplicate window and the consumers' redelivery settings. */
+export function retentionSettingsFrom(config: Config): Omit<RetentionSettings, 'retentionMs'> {
+  return {
+    duplicateWindowMs: config.STREAM_DUPLICATE_WINDOW_MS,
+    maxDeliver: config.CONSUMER_MAX_DELIVER,
+    ackWaitMs: config.CONSUMER_ACK_WAIT_MS,
+    maxBackoffMs: config.RELAY_MAX_BACKOFF_MS,
+  };
+}
+
 /**
- * Deletes inbox rows older than `retentionMs` once an hour (and once shortly after start) until `signal` aborts.
- * Failures are logged and retried at the next tick: compaction is housekeeping, never a reason to stop consuming.
+ * Deletes a subscriber's inbox rows older than `retentionMs` on `schedule` (by default a minute after start, then
+ * hourly) until `signal` aborts. Failures are logged and retried at the next tick: never a reason to stop consuming.
  */
-export async function compactInboxPeriodically(
+export function compactInboxPeriodically(
   deps: { writer: Writer; clock: () => Date; log: Logger; name: string },
   retentionMs: number,
   signal: AbortSignal,
-  everyMs = 3_600_000,
+  schedule: CompactionSchedule = HOURLY,
 ): Promise<void> {
-  let wait = Math.min(everyMs, 60_000);
-  while (!signal.aborted) {
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(done, wait);
-      function done() {
-        clearTimeout(timer);
-        signal.removeEventListener('abort', done);
-        resolve();
-      }
-      signal.addEventListener('abort', done, { once: true });
-    });
-    if (signal.aborted) return;
-    try {
-      const result = await compactInbox(deps, { olderThanMs: retentionMs });
-      if (result.deleted > 0) deps.log.info('inbox compacted', { consumer: deps.name, ...result });
-    } catch (error) {
-      deps.log.warn('inbox compaction failed', { consumer: deps.name, error: String(error) });
-    }
-    wait = everyMs;
-  }
+  return compactPeriodically('inbox', (s) => compactInbox(deps, { olderThanMs: retentionMs, signal: s }), { log: deps.log, fields: { consumer: deps.name } }, schedule, signal);
 }

@@ -1,7 +1,7 @@
 import { AckPolicy, DeliverPolicy, JetStreamApiCodes, JetStreamApiError, type ConsumerConfig, type ConsumerInfo, type JetStreamManager } from '@nats-io/jetstream';
 import { millis, nanos } from '@nats-io/nats-core';
 
-/** What a subscriber's durable pull consumer must look like (DESIGN.md §6). */
+/** What a subscriber's durable pull consumer must look like (see docs/architecture.md, "Subscribers"). */
 export type ConsumerSettings = {
   stream: string;
   /** Durable name: the subscriber's name. */
@@ -9,6 +9,7 @@ export type ConsumerSettings = {
   /** `<prefix>.<aggregate_type>.>` per aggregate type. */
   filterSubjects: string[];
   ackWaitMs: number;
+  /** The broker's redelivery limit; -1 (unlimited) for inbox consumers, which dead-letter by themselves. */
   maxDeliver: number;
   /** Bound on delivered-but-unacknowledged messages; at least the runner's batch. */
   maxAckPending: number;

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import type { IntegrationEvent } from '../events/integration-event.ts';
+import { safeText } from '../events/safe-text.ts';
 import type { OrderEvent } from './order.ts';
 
 const Cents = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
@@ -7,11 +8,11 @@ const IsoTime = z.iso.datetime({ precision: 3 });
 
 /** Data of `order.placed.v1`. Published contract: change it only by adding a `.v2`. */
 export const OrderPlacedV1 = z.strictObject({
-  orderId: z.string().min(1),
-  customerId: z.string().min(1).max(64),
+  orderId: safeText().min(1),
+  customerId: safeText().min(1).max(64),
   currency: z.string().regex(/^[A-Z]{3}$/),
   items: z
-    .array(z.strictObject({ sku: z.string().min(1).max(64), quantity: z.number().int().min(1), unitPriceCents: Cents }))
+    .array(z.strictObject({ sku: safeText().min(1).max(64), quantity: z.number().int().min(1), unitPriceCents: Cents }))
     .min(1),
   totalCents: Cents,
   placedAt: IsoTime,
@@ -20,9 +21,9 @@ export type OrderPlacedV1 = z.output<typeof OrderPlacedV1>;
 
 /** Data of `order.cancelled.v1`; carries customer and total so subscribers need no lookup. */
 export const OrderCancelledV1 = z.strictObject({
-  orderId: z.string().min(1),
-  customerId: z.string().min(1).max(64),
-  reason: z.string().max(500).nullable(),
+  orderId: safeText().min(1),
+  customerId: safeText().min(1).max(64),
+  reason: safeText().max(500).nullable(),
   totalCents: Cents,
   cancelledAt: IsoTime,
 });

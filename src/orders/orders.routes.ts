@@ -1,6 +1,7 @@
 import { Hono } from 'hono';
 import { z } from 'zod';
 import type { Deps } from '../deps.ts';
+import { safeText } from '../events/safe-text.ts';
 import { ConflictError, NotFoundError } from '../errors.ts';
 import { readIdempotencyKey, runIdempotent, sendCommandResponse } from '../http/idempotency.ts';
 import { requireJson, validJson } from '../http/json-body.ts';
@@ -11,12 +12,12 @@ import { placeOrder } from './place-order.ts';
 
 /** Body of POST /orders; the limits keep every total a safe integer. */
 export const PlaceOrderBody = z.strictObject({
-  customerId: z.string().min(1).max(64),
+  customerId: safeText().min(1).max(64),
   currency: z.string().regex(/^[A-Z]{3}$/, 'three upper-case letters (ISO 4217)'),
   items: z
     .array(
       z.strictObject({
-        sku: z.string().min(1).max(64),
+        sku: safeText().min(1).max(64),
         quantity: z.number().int().min(1).max(1000),
         unitPriceCents: z.number().int().min(0).max(100_000_000),
       }),
@@ -26,7 +27,7 @@ export const PlaceOrderBody = z.strictObject({
 });
 
 /** Body of POST /orders/:id/cancel; an empty body means no reason. */
-export const CancelOrderBody = z.strictObject({ reason: z.string().max(500).optional() });
+export const CancelOrderBody = z.strictObject({ reason: safeText().max(500).optional() });
 
 /** The order context's HTTP routes; commands commit state + outbox rows, then wake the relay. */
 export function createOrderRoutes(deps: Deps): Hono {
@@ -52,7 +53,7 @@ export function createOrderRoutes(deps: Deps): Hono {
         };
       }),
     );
-    if (!res.replayed) deps.outboxCommitted.notify();
+    if (!('problem' in res) && !res.replayed) deps.outboxCommitted.notify();
     return sendCommandResponse(c, res);
   });
 
@@ -70,12 +71,13 @@ export function createOrderRoutes(deps: Deps): Hono {
     const res = await deps.writer.write((tx) =>
       runIdempotent(tx, key, deps.clock(), async () => {
         const r = await cancelOrder(tx, deps, { orderId, reason: body.reason ?? null }, headers);
-        if (r.outcome === 'not-found') throw new NotFoundError(`Order ${orderId} does not exist.`);
-        if (r.outcome === 'already-cancelled') throw new ConflictError(`Order ${orderId} is already cancelled.`);
+        // Refusals are values: thrown inside the writer, they would roll back every command grouped with this one.
+        if (r.outcome === 'not-found') return { problem: new NotFoundError(`Order ${orderId} does not exist.`) };
+        if (r.outcome === 'already-cancelled') return { problem: new ConflictError(`Order ${orderId} is already cancelled.`) };
         return { status: 200, body: { orderId, status: r.order.status } };
       }),
     );
-    if (!res.replayed) deps.outboxCommitted.notify();
+    if (!('problem' in res) && !res.replayed) deps.outboxCommitted.notify();
     return sendCommandResponse(c, res);
   });
 

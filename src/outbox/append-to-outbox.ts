@@ -5,11 +5,23 @@ import type { EventRegistry } from '../events/registry.ts';
 /** Metadata carried to the broker as message headers (W3C trace context, correlation id). */
 export type OutboxHeaders = { traceparent?: string; correlationId?: string };
 
+/** The event holds text the database would not store as sent (a NUL, an unpaired surrogate); it was not stored. */
+export class UnstorableTextError extends Error {
+  override readonly name = 'UnstorableTextError';
+  constructor(
+    readonly type: string,
+    readonly path: string,
+  ) {
+    super(`Refusing to store ${type}: the text at ${path} contains a NUL character or an unpaired surrogate, which the database would not store as sent`);
+  }
+}
+
 /**
  * Stores integration events as `pending` outbox rows. Must be called inside the command's write transaction
  * (`tx`): it never commits, so the rows become visible together with the state change or not at all.
- * Throws (and so aborts the transaction) for an unregistered type, a payload failing its schema, or an
- * aggregate type/id that is not a subject-safe token.
+ * Throws (and so aborts the transaction) for an unregistered type, a payload failing its schema, an
+ * aggregate type/id that is not a subject-safe token, or text anywhere in the event or headers that would not
+ * read back as published (UnstorableTextError).
  */
 export async function appendToOutbox(
   tx: Tx,
@@ -22,6 +34,8 @@ export async function appendToOutbox(
   const args: Array<string | number> = [];
   for (const raw of events) {
     const event = ctx.registry.parse(raw);
+    assertStorable(event.type, event, 'event');
+    if (ctx.headers) assertStorable(event.type, ctx.headers, 'headers');
     args.push(event.eventId, event.aggregateType, event.aggregateId, event.type, JSON.stringify(event), headers, Date.parse(event.occurredAt), nowMs);
   }
   await sqlOf(tx).execute({
@@ -30,4 +44,24 @@ export async function appendToOutbox(
       .join(', ')}`,
     args,
   });
+}
+
+/** NUL cuts text short when libSQL reads it back; an unpaired surrogate comes back as U+FFFD. */
+const UNSTORABLE = /[\0\p{Cs}]/u;
+
+/**
+ * Throws UnstorableTextError for the first string (key or value) under `value` that would not read back as it is:
+ * the row's own columns (id, aggregate, type) hold it raw, and subscribers store what they receive.
+ */
+function assertStorable(type: string, value: unknown, path: string): void {
+  if (typeof value === 'string') {
+    if (UNSTORABLE.test(value)) throw new UnstorableTextError(type, path);
+  } else if (Array.isArray(value)) {
+    value.forEach((v, i) => assertStorable(type, v, `${path}.${i}`));
+  } else if (typeof value === 'object' && value !== null) {
+    for (const [k, v] of Object.entries(value)) {
+      if (UNSTORABLE.test(k)) throw new UnstorableTextError(type, `${path} (a key)`);
+      assertStorable(type, v, `${path}.${k}`);
+    }
+  }
 }

@@ -1,30 +1,38 @@
-import { sql } from 'drizzle-orm';
-import type { Database } from '../db/open-database.ts';
+import { sqlOf, type Database } from '../db/open-database.ts';
 import type { Writer } from '../db/writer.ts';
+import { checkBatch, COMPACTION_BATCH, deleteInBatches, type CompactResult } from '../ops/compaction.ts';
 
-export type CompactResult = { deleted: number; batches: number };
+export type { CompactResult } from '../ops/compaction.ts';
+
+/** The last of the next `batch` sent rows after the cursor: a range of idx_outbox_status_seq. */
+const WINDOW_END_SQL = `SELECT seq, sent_at FROM outbox WHERE status = 'sent' AND seq > ? ORDER BY seq LIMIT 1 OFFSET ?`;
+/** The old sent rows of that window, by the same index; `pending` and `failed` rows are outside the range. */
+const DELETE_WINDOW_SQL = `DELETE FROM outbox WHERE status = 'sent' AND seq > ? AND seq <= ? AND sent_at < ?`;
 
 /**
- * Deletes `sent` rows whose sent_at is before `cutoffMs`, `batch` rows per write transaction, with portable
- * SQL (`DELETE … WHERE seq IN (SELECT … LIMIT ?)`); never touches `pending` or `failed` rows.
- * Each batch commits on its own, so commands keep flowing between batches.
+ * Deletes `sent` rows whose sent_at is before `cutoffMs`; never touches `pending` or `failed` rows. It walks the
+ * sent rows in seq order, a window of `batch` per write transaction through `writer`, and stops after the first
+ * window whose last row is younger than the cutoff: rows are sent in about seq order, so the old ones end there
+ * and the retained rows are never read. A late-sent row is skipped while young and goes once the boundary passes it.
+ * Every statement runs through `writer` (`db` is accepted, unused, so a caller may pass its deps whole).
  */
 export async function compactOutbox(
-  deps: { db: Database; writer: Writer },
-  options: { cutoffMs: number; batch: number; onBatch?: (progress: CompactResult) => void },
+  deps: { writer: Writer; db?: Database },
+  options: { cutoffMs: number; batch?: number; onBatch?: (progress: CompactResult) => void; signal?: AbortSignal },
 ): Promise<CompactResult> {
-  const result: CompactResult = { deleted: 0, batches: 0 };
-  for (;;) {
-    const deleted = await deps.writer.write(async (tx) => {
-      const res = await tx.run(
-        sql`DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE status = 'sent' AND sent_at < ${options.cutoffMs} ORDER BY seq LIMIT ${options.batch})`,
-      );
-      return res.rowsAffected;
-    });
-    if (deleted === 0) return result;
-    result.deleted += deleted;
-    result.batches++;
-    options.onBatch?.({ ...result });
-    if (deleted < options.batch) return result;
-  }
+  const batch = checkBatch(options.batch ?? COMPACTION_BATCH);
+  return deleteInBatches(
+    deps.writer,
+    0,
+    async (tx, afterSeq) => {
+      const run = sqlOf(tx);
+      const end = (await run.execute({ sql: WINDOW_END_SQL, args: [afterSeq, batch - 1] })).rows[0];
+      const last = end ? Number(end.seq) : Number.MAX_SAFE_INTEGER;
+      const res = await run.execute({ sql: DELETE_WINDOW_SQL, args: [afterSeq, last, options.cutoffMs] });
+      const done = !end || Number(end.sent_at ?? 0) >= options.cutoffMs;
+      return { deleted: res.rowsAffected, next: done ? undefined : last };
+    },
+    options,
+  );
 }
+

@@ -11,7 +11,7 @@ export type OutboxMetrics = {
 
 const LAG_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
 
-/** Registers the relay's counters and histogram (DESIGN.md §7 names). */
+/** Registers the relay's counters and histogram under the names the README's metrics table documents. */
 export function createOutboxMetrics(metrics: Metrics): OutboxMetrics {
   return {
     published: metrics.counter('outbox_published_total', 'Outbox rows acknowledged by JetStream as newly stored.'),

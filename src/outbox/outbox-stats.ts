@@ -3,26 +3,38 @@ import type { Database } from '../db/open-database.ts';
 export type OutboxBacklog = { pending: number; failed: number; oldestPendingAgeMs: number };
 export type OutboxStats = OutboxBacklog & { sent: number };
 
-const countWhere = async (db: Database, status: string) =>
-  Number((await db.$client.execute({ sql: 'SELECT count(*) FROM outbox WHERE status = ?', args: [status] })).rows[0]![0]);
+/**
+ * Everything in one statement, so the numbers come from one snapshot (`sent` can never come out negative), and
+ * nothing reads the `sent` rows: `appended` is the outbox's AUTOINCREMENT counter (one row of sqlite_sequence), the
+ * counts are ranges of idx_outbox_status_seq that cost what the backlog holds, and the oldest pending row is the
+ * first entry of that index's `pending` range.
+ */
+export const OUTBOX_STATS_SQL = `SELECT
+  (SELECT seq FROM sqlite_sequence WHERE name = 'outbox') AS appended,
+  (SELECT count(*) FROM outbox WHERE status = 'pending') AS pending,
+  (SELECT count(*) FROM outbox WHERE status = 'failed') AS failed,
+  (SELECT occurred_at FROM outbox WHERE status = 'pending' ORDER BY seq LIMIT 1) AS oldest_pending_at`;
 
 /**
- * Pending and failed counts and the age of the oldest pending row (0 when none is pending). Each is a range of
- * idx_outbox_status_seq, so its cost follows the backlog, not the millions of `sent` rows kept until compaction:
- * cheap enough for every /metrics scrape.
+ * Pending and failed counts, the age of the oldest pending row (0 when none is pending), and `sent`: every row
+ * ever appended that is neither pending nor failed, i.e. published, including rows compacted since. Costs
+ * O(log n) in the table's size plus O(pending + failed): safe for the public /outbox/stats and every scrape.
  */
-export async function readOutboxBacklog(db: Database, now: Date): Promise<OutboxBacklog> {
-  const oldest = await db.$client.execute("SELECT occurred_at FROM outbox WHERE status = 'pending' ORDER BY seq LIMIT 1");
-  const first = oldest.rows[0];
+export async function readOutboxStats(db: Database, now: Date): Promise<OutboxStats> {
+  const row = (await db.$client.execute(OUTBOX_STATS_SQL)).rows[0]!;
+  const pending = Number(row.pending);
+  const failed = Number(row.failed);
+  const oldest = row.oldest_pending_at;
   return {
-    pending: await countWhere(db, 'pending'),
-    failed: await countWhere(db, 'failed'),
-    oldestPendingAgeMs: first ? Math.max(0, now.getTime() - Number(first[0])) : 0,
+    pending,
+    failed,
+    sent: Math.max(0, Number(row.appended ?? 0) - pending - failed),
+    oldestPendingAgeMs: oldest === null || oldest === undefined ? 0 : Math.max(0, now.getTime() - Number(oldest)),
   };
 }
 
-/** The backlog plus the number of `sent` rows (a scan of all of them: for /outbox/stats and the CLI, not scrapes). */
-export async function readOutboxStats(db: Database, now: Date): Promise<OutboxStats> {
-  const backlog = await readOutboxBacklog(db, now);
-  return { pending: backlog.pending, failed: backlog.failed, sent: await countWhere(db, 'sent'), oldestPendingAgeMs: backlog.oldestPendingAgeMs };
+/** The backlog part of readOutboxStats, for the /metrics gauges. */
+export async function readOutboxBacklog(db: Database, now: Date): Promise<OutboxBacklog> {
+  const { pending, failed, oldestPendingAgeMs } = await readOutboxStats(db, now);
+  return { pending, failed, oldestPendingAgeMs };
 }

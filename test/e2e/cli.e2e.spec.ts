@@ -112,6 +112,134 @@ describe('cli - inbox commands', () => {
   });
 });
 
+/** A workspace whose service and reporting databases hold old and recent rows of every compactable kind. */
+async function populated() {
+  const w = workspace();
+  expect((await w.cli(['outbox:stats'])).code).toBe(0);
+  expect((await w.cli(['inbox:dead-letters', '--consumer', 'reporting'])).code).toBe(0);
+  const app = w.open(w.env.DATABASE_URL);
+  const reporting = w.open(w.env.CONSUMER_DATABASE_URL_TEMPLATE.replace('{name}', 'reporting'));
+  const now = Date.now();
+  await app.execute(
+    `INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, status, occurred_at, available_at, sent_at) VALUES ('s-old', 'order', 'a', 'order.placed.v1', '{}', 'sent', 0, 0, 1000), ('s-new', 'order', 'b', 'order.placed.v1', '{}', 'sent', 0, 0, ${now})`,
+  );
+  const keys = Array.from({ length: 5 }, (_, i) => `('old-${i}', 'f', 201, '{}', NULL, ${1000 + i})`).concat(`('new', 'f', 201, '{}', NULL, ${now})`);
+  await app.execute(`INSERT INTO idempotency_keys (key, fingerprint, status_code, response_body, location, created_at) VALUES ${keys.join(', ')}`);
+  await reporting.execute(`INSERT INTO inbox (event_id, consumer, message_type, received_at) VALUES ('old', 'reporting', 'order.placed.v1', 0), ('hour', 'reporting', 'order.placed.v1', ${now - 3_600_000}), ('new', 'reporting', 'order.placed.v1', ${now})`);
+  const rows = async () => ({
+    outbox: (await app.execute('SELECT id FROM outbox ORDER BY id')).rows.map((r) => String(r.id)),
+    keys: (await app.execute('SELECT key FROM idempotency_keys ORDER BY key')).rows.map((r) => String(r.key)),
+    inbox: (await reporting.execute('SELECT event_id FROM inbox ORDER BY event_id')).rows.map((r) => String(r.event_id)),
+  });
+  return { ...w, rows };
+}
+
+describe('cli - operator commands cannot break guarantees', () => {
+  it('inbox:compact below the duplicate window plus the redelivery horizon is refused with exit 2 and one line, deleting nothing; --force overrides', async () => {
+    const w = await populated();
+    const before = await w.rows();
+    const refused = await w.cli(['inbox:compact', '--consumer', 'reporting', '--older-than', '1ms']);
+    expect(refused.code, refused.stderr).toBe(2);
+    expect(refused.stderr.trim().split('\n')).toHaveLength(1);
+    expect(refused.stderr).toContain('Refusing inbox retention of 1 ms: it must be at least 1200000 ms');
+    expect(refused.stderr).toContain('--force');
+    expect(await w.rows()).toEqual(before);
+    // 30 minutes is above the 20-minute floor of the defaults: allowed
+    const allowed = await w.cli(['inbox:compact', '--consumer', 'reporting', '--older-than', '30m']);
+    expect(allowed.code, allowed.stderr).toBe(0);
+    expect((await w.rows()).inbox).toEqual(['new']);
+    const forced = await w.cli(['inbox:compact', '--consumer', 'reporting', '--older-than', '1ms', '--force']);
+    expect(forced.code, forced.stderr).toBe(0);
+    expect((await w.rows()).inbox).toEqual([]);
+  });
+
+  it('idempotency:compact forgets keys older than IDEMPOTENCY_RETENTION in batches, and refuses a shorter cutoff unless --force', async () => {
+    const w = await populated();
+    const done = await w.cli(['idempotency:compact', '--batch', '2']);
+    expect(done.code, done.stderr).toBe(0);
+    expect(done.stdout).toContain('batch 3: 5 key(s) deleted so far');
+    expect(done.stdout).toContain('deleted 5 idempotency key(s)');
+    expect((await w.rows()).keys).toEqual(['new']);
+
+    const refused = await w.cli(['idempotency:compact', '--older-than', '1h'], { IDEMPOTENCY_RETENTION: '2h' });
+    expect(refused.code).toBe(2);
+    expect(refused.stderr.trim().split('\n')).toHaveLength(1);
+    expect(refused.stderr).toContain('IDEMPOTENCY_RETENTION (2h)');
+    const forced = await w.cli(['idempotency:compact', '--older-than', '0ms', '--force']);
+    expect(forced.code, forced.stderr).toBe(0);
+    expect((await w.rows()).keys).toEqual([]);
+  });
+
+  it('extra or unknown arguments, repeated options and out-of-range values print the usage and exit 2, with no stack trace and no change to the databases', async () => {
+    const w = await populated();
+    const before = await w.rows();
+    const bad = [
+      ['outbox:stats', 'extra'],
+      ['outbox:compact', 'now'],
+      ['outbox:compact', '--older-than', '99999999999999999d'],
+      ['outbox:compact', '--older-than', '3651d'],
+      ['outbox:compact', '--older-than', '1d', '--older-than', '0ms'],
+      ['outbox:compact', '--older-than='],
+      ['outbox:compact', '--batch', '0'],
+      ['outbox:compact', '--batch', '1e9'],
+      ['outbox:compact', '--batch', '1000000000'],
+      ['outbox:compact', '--batch', '2', '--batch', '3'],
+      ['outbox:compact', '--vacuum'],
+      ['outbox:failed', '--limit', '99999999999999999999'],
+      ['outbox:retry-failed', '--all', '--all'],
+      ['outbox:retry-failed', '--all=yes'],
+      ['idempotency:compact', '--force', '--force'],
+      ['idempotency:compact', '--batch', '-1'],
+      ['inbox:compact', '--consumer', 'reporting', 'extra'],
+      ['inbox:compact', '--consumer', 'reporting', '--consumer', 'notifications'],
+      ['inbox:compact', '--consumer', 'reporting', '--older-than', '99999999999999999d', '--force'],
+      ['inbox:compact', '--consumer', 'reporting', '--batch', '0', '--force'],
+      ['inbox:replay', '--consumer', 'reporting', '--all', 'extra'],
+      ['toString'],
+      ['__proto__'],
+    ];
+    for (const args of bad) {
+      const res = await w.cli(args);
+      expect(res.code, `${args.join(' ')}\n${res.stderr}`).toBe(2);
+      expect(res.stderr, args.join(' ')).toContain('usage: npm run cli');
+      expect(res.stderr, args.join(' ')).not.toMatch(/^\s+at /m);
+      expect(res.stdout, args.join(' ')).toBe('');
+    }
+    expect(await w.rows()).toEqual(before);
+  });
+});
+
+describe('relay and consume entries - bad command lines', () => {
+  it('extra arguments, repeated options and out-of-range values print the usage and exit 2 before opening anything', async () => {
+    const w = workspace();
+    const env = { ...w.env, NATS_URL: 'nats://127.0.0.1:1' };
+    const runs: Array<[string, string[]]> = [
+      ['src/entry/relay.ts', ['extra']],
+      ['src/entry/relay.ts', ['--time-limit', '1s', '--time-limit', '2s']],
+      ['src/entry/relay.ts', ['--time-limit', '99999999999999999d']],
+      ['src/entry/relay.ts', ['--time-limit', '30d']],
+      ['src/entry/relay.ts', ['--time-limit', '0ms']],
+      ['src/entry/relay.ts', ['--max-messages', '0']],
+      ['src/entry/relay.ts', ['--max-messages', '1e9']],
+      ['src/entry/relay.ts', ['--max-messages', '5', '--max-messages', '6']],
+      ['src/entry/relay.ts', ['--batch', '10']],
+      ['src/entry/consume.ts', []],
+      ['src/entry/consume.ts', ['reporting', 'extra']],
+      ['src/entry/consume.ts', ['reporting', '--batch', '1']],
+    ];
+    for (const [entry, args] of runs) {
+      const { cmd, args: base } = runtimeCommand('node', entry);
+      const res = await runToExit(cmd, [...base, ...args], env, 20_000);
+      const label = `${entry} ${args.join(' ')}`;
+      expect(res.code, `${label}\n${res.stderr}`).toBe(2);
+      expect(res.stderr, label).toMatch(/usage: npm run (relay|consume)/);
+      expect(res.stderr, label).not.toMatch(/^\s+at /m);
+    }
+    expect(existsSync(w.env.DATABASE_URL.slice('file:'.length))).toBe(false);
+    expect(existsSync(w.env.CONSUMER_DATABASE_URL_TEMPLATE.replace('{name}', 'reporting').slice('file:'.length))).toBe(false);
+  });
+});
+
 describe('consume entry - start-up refusals', () => {
   it('refuses an inbox retention shorter than the duplicate window plus the redelivery horizon, naming both numbers', async () => {
     const w = workspace();

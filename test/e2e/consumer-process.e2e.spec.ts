@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createTempDir, orderBody } from '../support/db.ts';
 import { startNats } from '../support/nats.ts';
-import { freePort, runtimeCommand, spawnChild, spawnService, waitForHttp, type ChildHandle } from '../support/process.ts';
+import { FAULT_ENTRY, freePort, runtimeCommand, spawnChild, spawnService, waitForHttp, type ChildHandle } from '../support/process.ts';
 import { eventually } from '../support/service.ts';
 
 const cleanups: Array<() => Promise<unknown> | unknown> = [];
@@ -35,9 +35,11 @@ describe('subscriber process - crashes', () => {
     await waitForHttp(`${api.url}/health`, { child: api });
 
     const metricsPort = await freePort();
-    const consumer = (extra: Record<string, string> = {}): ChildHandle => {
-      const { cmd, args } = runtimeCommand('node', 'src/entry/consume.ts');
-      const child = spawnChild(cmd, [...args, 'reporting'], { ...env, METRICS_PORT: String(metricsPort), ...extra });
+    // with a fault, the fault entry (crash hooks live in test code only); otherwise the production entry
+    const consumer = (fault?: string): ChildHandle => {
+      const { cmd, args } = fault ? runtimeCommand('node', FAULT_ENTRY) : runtimeCommand('node', 'src/entry/consume.ts');
+      const entryArgs = fault ? ['consume', 'reporting'] : ['reporting'];
+      const child = spawnChild(cmd, [...args, ...entryArgs], { ...env, METRICS_PORT: String(metricsPort), ...(fault ? { HONO_OUTBOX_TEST_FAULT: fault } : {}) });
       cleanups.push(() => child.kill9());
       return child;
     };
@@ -57,7 +59,7 @@ describe('subscriber process - crashes', () => {
     })();
 
     // dies right after committing its 25th message, before acknowledging it
-    const first = consumer({ HONO_OUTBOX_TEST_FAULT: 'kill-after-commit:25' });
+    const first = consumer('kill-after-commit:25');
     expect((await first.exited).signal).toBe('SIGKILL');
     for (const delay of [300, 700, 150]) {
       const c = consumer();

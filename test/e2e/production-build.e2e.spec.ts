@@ -51,6 +51,13 @@ describe('production build - dist/ with production dependencies, started as the 
     expect(sources).toContain(join('entry', 'node.js'));
     expect(emitted.sort()).toEqual(sources.sort());
     expect(filesUnder(join(ROOT, 'dist')).filter((f) => f.endsWith('.ts'))).toEqual([]);
+    // no fault injection ships: nothing reads the test variable, builds crash hooks or kills its own process
+    for (const file of filesUnder(join(ROOT, 'dist'))) {
+      const text = readFileSync(join(ROOT, 'dist', file), 'utf8');
+      for (const needle of ['HONO_OUTBOX_TEST_FAULT', 'FaultsFromEnv', 'test-faults', 'fault-entry', 'process.kill(']) {
+        expect(text.includes(needle), `dist/${file} contains ${needle}`).toBe(false);
+      }
+    }
 
     // the image's /app: exactly what the Dockerfile copies into the runtime stage
     const app = createTempDir('hono-outbox-image-');
@@ -77,6 +84,8 @@ describe('production build - dist/ with production dependencies, started as the 
       CONSUMER_DATABASE_URL_TEMPLATE: `file:${join(app.dir, 'data', '{name}.db')}`,
       NATS_URL: nats.url,
       LOG_LEVEL: 'warn',
+      // inert in production: a relay that obeyed it would SIGKILL itself after the first PubAck, subscribers would skip the inbox
+      HONO_OUTBOX_TEST_FAULT: 'kill-after-puback:1,no-inbox',
     };
     const [cmd, ...args] = stage.cmd;
     expect(cmd).toBe('node');

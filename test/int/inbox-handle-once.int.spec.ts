@@ -1,3 +1,4 @@
+import { sql } from 'drizzle-orm';
 import { afterEach, describe, expect, it } from 'vitest';
 import { applyToCustomerReport, readCustomerReport, reporting } from '../../src/consumers/reporting/reporting.ts';
 import { createAppRegistry } from '../../src/events/catalog.ts';
@@ -18,6 +19,7 @@ afterEach(() => {
 });
 
 function asMessage(event: IntegrationEvent, deliveryCount = 1): InboxMessage {
+  // the relay's subject: one per aggregate
   return { subject: `events.order.${event.aggregateId}`, headers: { 'Nats-Msg-Id': event.eventId }, payload: JSON.stringify(event), deliveryCount, fallbackId: event.eventId };
 }
 
@@ -100,5 +102,59 @@ describe('handleBatch - one write per batch', () => {
     const inbox = await sdb.client.execute('SELECT event_id FROM inbox ORDER BY event_id');
     expect(inbox.rows.map((r) => r.event_id)).toEqual([a.eventId, b.eventId, c.eventId].sort());
     expect(await listDeadLetters(sdb.db, 'recording')).toMatchObject([{ eventId: 'seq-9', payload: 'not json' }]);
+  });
+});
+
+describe('handleBatch - order and infrastructure failures', () => {
+  it("defers the later messages of a failing message's aggregate so none overtakes it, and commits the other aggregates", async () => {
+    const a1 = placedEvent({ customerId: 'ord-cust', orderId: 'order-a' });
+    const a2 = placedEvent({ customerId: 'ord-cust', orderId: 'order-a' });
+    const a3 = placedEvent({ customerId: 'ord-cust', orderId: 'order-a' });
+    const b1 = placedEvent({ customerId: 'ord-cust', orderId: 'order-b' });
+    const failing: Subscriber = {
+      name: 'failing-first',
+      aggregateTypes: ['order'],
+      async handle(tx, event) {
+        await applyToCustomerReport(tx, event);
+        if (event.eventId === a1.eventId) throw new Error('not yet');
+      },
+    };
+    const { sdb, deps } = await setup(failing, 3);
+
+    const results = await handleBatch(deps, [a1, b1, a2, a3].map((e) => asMessage(e)));
+
+    expect(results.map((r) => r.outcome)).toEqual(['retry', 'processed', 'deferred', 'deferred']);
+    const inbox = await sdb.client.execute('SELECT event_id FROM inbox');
+    expect(inbox.rows.map((r) => r.event_id)).toEqual([b1.eventId]);
+    expect(await readCustomerReport(sdb.db, 'ord-cust')).toMatchObject({ ordersPlaced: 1 });
+  });
+
+  it("rejects without charging any message when the handler's own statement finds the disk full, and commits the same batch once there is room", async () => {
+    let fill = true;
+    const filling: Subscriber = {
+      name: 'filling',
+      aggregateTypes: ['order'],
+      async handle(tx, event) {
+        await applyToCustomerReport(tx, event);
+        if (!fill) return;
+        // the database may not grow any more: the next page it needs is a full disk (SQLITE_FULL)
+        const [row] = await tx.all<{ pages: number }>(sql`SELECT page_count AS pages FROM pragma_page_count()`);
+        await tx.run(sql.raw(`PRAGMA max_page_count = ${row!.pages}`));
+        await tx.run(sql`INSERT INTO dead_letters (event_id, consumer, subject, payload, error, deliveries, dead_at) VALUES ('filler', 'x', 's', zeroblob(200000), 'e', 1, 0)`);
+      },
+    };
+    // max_deliver 1: had the full disk counted as a handler failure, the event would be dead-lettered at once
+    const { sdb, deps } = await setup(filling, 1);
+    const e = placedEvent({ customerId: 'full-cust', totalCents: 5 });
+
+    await expect(handleBatch(deps, [asMessage(e)])).rejects.toMatchObject({ cause: { code: 'SQLITE_FULL' } });
+    expect(await countRows(sdb.client, 'inbox')).toBe(0);
+    expect(await countRows(sdb.client, 'dead_letters')).toBe(0);
+
+    fill = false;
+    sdb.client.reconnect(); // room again: the connection that was capped is gone
+    expect(await handleBatch(deps, [asMessage(e)])).toEqual([{ outcome: 'processed', eventId: e.eventId }]);
+    expect(await readCustomerReport(sdb.db, 'full-cust')).toMatchObject({ ordersPlaced: 1, totalCents: 5 });
+    expect(await countRows(sdb.client, 'dead_letters')).toBe(0);
   });
 });

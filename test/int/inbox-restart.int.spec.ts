@@ -1,3 +1,6 @@
+import { jetstreamManager } from '@nats-io/jetstream';
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readCustomerReport, reporting } from '../../src/consumers/reporting/reporting.ts';
 import { countRows, createStream, createSubscriberDb, ownStream, placedEvent, publishRaw, testRunner, waitFor } from '../support/consumer.ts';
@@ -88,6 +91,49 @@ describe('inbox - broker outages', () => {
       expect(summary.brokerErrors).toBeGreaterThanOrEqual(1);
       expect(summary.processed).toBe(1);
       expect(await readCustomerReport(sdb.db, 'late-cust')).toMatchObject({ ordersPlaced: 1, totalCents: 42 });
+    } finally {
+      sdb.close();
+    }
+  });
+
+  // last in this file: it wipes the server's store, every stream of the tests above with it
+  it('re-creates its stream and consumer when the broker comes back without its store, and applies the events published afterwards', async () => {
+    const stream = ownStream('LOST');
+    const sdb = await createSubscriberDb();
+    try {
+      const stop = new AbortController();
+      const runner = testRunner(sdb, nats.url, reporting, stream);
+      const running = runner.run({ signal: stop.signal, timeLimitMs: 45_000 });
+      const consumerExists = async () => {
+        const nc = await natsClient(nats.url);
+        try {
+          return await (await jetstreamManager(nc)).consumers.info(stream.name, 'reporting').then(() => true, () => false);
+        } finally {
+          await nc.close();
+        }
+      };
+      await waitFor('the stream and the consumer', consumerExists);
+      let nc = await natsClient(nats.url);
+      const before = placedEvent({ customerId: 'lost-cust', totalCents: 1 });
+      await publishRaw(nc, stream, before, before.eventId);
+      await nc.close();
+      await waitFor('the first event applied', async () => (await readCustomerReport(sdb.db, 'lost-cust')).ordersPlaced === 1);
+
+      await nats.kill();
+      rmSync(join(nats.storeDir, 'jetstream'), { recursive: true, force: true });
+      await nats.restart();
+      await waitFor('the stream and the consumer re-created', consumerExists, 30_000);
+      nc = await natsClient(nats.url);
+      const after = placedEvent({ customerId: 'lost-cust', totalCents: 2 });
+      await publishRaw(nc, stream, after, after.eventId);
+      await nc.close();
+      await waitFor('the later event applied', async () => (await readCustomerReport(sdb.db, 'lost-cust')).ordersPlaced === 2);
+      stop.abort();
+      const summary = await running;
+
+      expect(summary).toMatchObject({ processed: 2, deadLettered: 0 });
+      expect(summary.brokerErrors).toBeGreaterThanOrEqual(1);
+      expect(await countRows(sdb.client, 'inbox')).toBe(2);
     } finally {
       sdb.close();
     }

@@ -43,7 +43,7 @@ describe('inbox - retention', () => {
     const sdb = await inboxWith([{ id: 'old', ageDays: 40 }, { id: 'new', ageDays: 1 }]);
     const stop = new AbortController();
     const log = { debug() {}, info() {}, warn() {}, error() {} };
-    const running = compactInboxPeriodically({ writer: sdb.writer, clock: () => new Date(NOW), log, name: 'reporting' }, 30 * DAY, stop.signal, 20);
+    const running = compactInboxPeriodically({ writer: sdb.writer, clock: () => new Date(NOW), log, name: 'reporting' }, 30 * DAY, stop.signal, { firstAfterMs: 20, everyMs: 20 });
     for (let i = 0; i < 200 && (await countRows(sdb.client, 'inbox')) > 1; i++) await new Promise((r) => setTimeout(r, 10));
     stop.abort();
     await running;

@@ -22,11 +22,14 @@ export const CONSUMER_MIGRATIONS = join(import.meta.dirname, '../../db/consumer-
 
 export type SubscriberDb = { url: string; client: Client; db: Database; writer: Writer; close(): void };
 
-/** A migrated subscriber database (inbox, dead letters, example read models) in its own temp dir. */
-export async function createSubscriberDb(): Promise<SubscriberDb> {
+/**
+ * A migrated subscriber database (inbox, dead letters, example read models) in its own temp dir; its client waits
+ * `busyTimeoutMs` (default 5000) for another process's write lock.
+ */
+export async function createSubscriberDb(options: { busyTimeoutMs?: number } = {}): Promise<SubscriberDb> {
   const tmp = createTempDir('hono-inbox-');
   const url = `file:${join(tmp.dir, 'subscriber.db')}`;
-  const client = createClient({ url, timeout: 5000 });
+  const client = createClient({ url, timeout: options.busyTimeoutMs ?? 5000 });
   const db = await openSubscriberDatabase(client, CONSUMER_MIGRATIONS);
   return {
     url,

@@ -6,6 +6,9 @@ import { join } from 'node:path';
 /** The repository root; children run with it as cwd so `--import tsx`, node_modules and deno.json resolve. */
 export const ROOT = join(import.meta.dirname, '../..');
 
+/** The service with crash hooks (HONO_OUTBOX_TEST_FAULT); run it as `<FAULT_ENTRY> node | relay | consume <name>`. */
+export const FAULT_ENTRY = 'test/support/fault-entry.ts';
+
 export type Runtime = 'node' | 'bun' | 'deno';
 export const RUNTIMES: readonly Runtime[] = ['node', 'bun', 'deno'];
 

@@ -62,6 +62,12 @@ describe('config - defaults', () => {
     expect(config).toMatchObject({ PORT: 8080, RELAY_BATCH: 50, ROLES: ['relay', 'api'], MIGRATE_ON_START: false });
   });
 
+  it('retentions are durations in ms, s, m, h or d, parsed to milliseconds, with defaults of 24h and 7d', () => {
+    expect(parseConfig({})).toMatchObject({ IDEMPOTENCY_RETENTION: 86_400_000, OUTBOX_RETENTION: 604_800_000 });
+    expect(parseConfig({ IDEMPOTENCY_RETENTION: '90m', OUTBOX_RETENTION: '2d' })).toMatchObject({ IDEMPOTENCY_RETENTION: 5_400_000, OUTBOX_RETENTION: 172_800_000 });
+    expect(parseConfig({ IDEMPOTENCY_RETENTION: '60000ms', OUTBOX_RETENTION: '3600s' })).toMatchObject({ IDEMPOTENCY_RETENTION: 60_000, OUTBOX_RETENTION: 3_600_000 });
+  });
+
   it('ignores variables it does not know', () => {
     expect(() => parseConfig({ SOMETHING_ELSE: '!!!', PATH: '/bin' })).not.toThrow();
   });
@@ -93,6 +99,11 @@ describe('config - invalid values', () => {
     ['CONSUMERS', 'reporting,bad.name'],
     ['CONSUMER_DATABASE_URL_TEMPLATE', 'file:./data/consumer.db'],
     ['INBOX_RETENTION_DAYS', '0'],
+    ['IDEMPOTENCY_RETENTION', '24'],
+    ['IDEMPOTENCY_RETENTION', '30s'],
+    ['IDEMPOTENCY_RETENTION', '99999999999999999d'],
+    ['OUTBOX_RETENTION', '1w'],
+    ['OUTBOX_RETENTION', '3651d'],
     ['ADMIN_TOKEN', 'short'],
     ['LOG_LEVEL', 'verbose'],
     ['MIGRATE_ON_START', 'yes'],

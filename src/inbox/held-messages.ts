@@ -1,0 +1,133 @@
+import type { JsMsg } from '@nats-io/jetstream';
+import { toInboxMessage, type InboxMessage } from './inbox-message.ts';
+
+/** A stream message the runner holds until it answers it: waiting for a write, retrying, or behind one that is. */
+export type HeldMessage = {
+  /** Every delivery of this stream message we hold (the broker may redeliver one we still hold); all get one answer. */
+  copies: JsMsg[];
+  /** What the inbox sees; `deliveryCount` is the highest broker delivery count among the copies. */
+  msg: InboxMessage;
+  /** Its subject, `<prefix>.<aggregate_type>.<aggregate_id>`: messages of one subject are applied in stream order. */
+  subject: string;
+  seq: number;
+  /** Handler failures in this process; the inbox sees attempt `msg.deliveryCount + failures`. */
+  failures: number;
+  /** Not attempted again before this time (ms since 1970); 0 until its handler first failed. */
+  retryAt: number;
+  /** The incarnation of the stream the deliveries came from: 0, then 1 after it was re-created, and so on. */
+  epoch: number;
+};
+
+/** The messages a runner holds, by subject, each subject's in stream order. */
+export type HeldMessages = {
+  /** Takes a delivery; a redelivery of a message already held joins it instead of queueing a second copy. */
+  add(m: JsMsg, epoch: number): HeldMessage;
+  size(): number;
+  /** Held messages that could go into the next write: not in flight, and not behind a message waiting to be retried. */
+  ready(now: number): number;
+  /**
+   * Takes up to `limit` messages for one write, in stream order: for each subject whose first message is due, its
+   * messages from the first on. The caller must settle all of them before taking again.
+   */
+  take(limit: number, now: number): HeldMessage[];
+  /** Answered: the message leaves. */
+  release(h: HeldMessage): void;
+  /** Ends a write: what was taken and not released stays, first of its subject. */
+  settle(): void;
+  /** The earliest time after `now` at which a subject waiting for a retry becomes due. */
+  nextRetryAt(now: number): number | undefined;
+  /** Every held message in stream order. */
+  inOrder(): HeldMessage[];
+  /**
+   * Tells the broker every held message of stream incarnation `epoch` is still being worked on (resets its
+   * ack_wait), in stream order: after a crash they expire, and are delivered again, in that order.
+   */
+  keepAlive(epoch: number): void;
+};
+
+/** Stream order; a re-created stream (a later epoch) numbers its messages from 1 again, after the old one's. */
+const inStreamOrder = (a: HeldMessage, b: HeldMessage) => a.epoch - b.epoch || a.seq - b.seq;
+
+/** Creates an empty set of held messages. */
+export function createHeldMessages(): HeldMessages {
+  const lanes = new Map<string, HeldMessage[]>();
+  let count = 0;
+  const inFlight = new Set<HeldMessage>();
+
+  const due = (lane: HeldMessage[], now: number) => lane[0]!.retryAt <= now;
+  const inOrder = () => {
+    const all: HeldMessage[] = [];
+    for (const lane of lanes.values()) all.push(...lane);
+    return all.sort(inStreamOrder);
+  };
+
+  return {
+    add(m, epoch) {
+      const seq = m.info.streamSequence;
+      const lane = lanes.get(m.subject) ?? [];
+      const same = lane.find((h) => h.seq === seq && h.epoch === epoch);
+      if (same) {
+        same.copies.push(m);
+        same.msg = { ...same.msg, deliveryCount: Math.max(same.msg.deliveryCount, m.info.deliveryCount) };
+        return same;
+      }
+      const h: HeldMessage = { copies: [m], msg: toInboxMessage(m), subject: m.subject, seq, failures: 0, retryAt: 0, epoch };
+      let at = lane.length;
+      while (at > 0 && inStreamOrder(lane[at - 1]!, h) > 0 && !inFlight.has(lane[at - 1]!)) at--;
+      lane.splice(at, 0, h);
+      lanes.set(m.subject, lane);
+      count++;
+      return h;
+    },
+    size: () => count,
+    ready(now) {
+      let n = 0;
+      for (const lane of lanes.values()) {
+        if (!due(lane, now) && !inFlight.has(lane[0]!)) continue;
+        for (const h of lane) if (!inFlight.has(h)) n++;
+      }
+      return n;
+    },
+    take(limit, now) {
+      const out: HeldMessage[] = [];
+      for (const lane of lanes.values()) if (due(lane, now)) out.push(...lane);
+      out.sort(inStreamOrder);
+      out.length = Math.min(out.length, limit);
+      for (const h of out) inFlight.add(h);
+      return out;
+    },
+    release(h) {
+      const lane = lanes.get(h.subject);
+      const at = lane?.indexOf(h) ?? -1;
+      if (!lane || at < 0) return;
+      lane.splice(at, 1);
+      if (lane.length === 0) lanes.delete(h.subject);
+      inFlight.delete(h);
+      count--;
+    },
+    settle() {
+      inFlight.clear();
+    },
+    nextRetryAt(now) {
+      let next: number | undefined;
+      for (const lane of lanes.values()) {
+        const at = lane[0]!.retryAt;
+        if (at > now && (next === undefined || at < next)) next = at;
+      }
+      return next;
+    },
+    inOrder,
+    keepAlive(epoch) {
+      for (const h of inOrder()) {
+        if (h.epoch !== epoch) continue;
+        for (const m of h.copies) {
+          try {
+            m.working();
+          } catch {
+            // the connection is away: the next beat goes out after the reconnect, or the broker delivers it again
+          }
+        }
+      }
+    },
+  };
+}

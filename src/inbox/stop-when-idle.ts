@@ -1,0 +1,25 @@
+import type { PullSession } from './pull-messages.ts';
+import { sleep } from './sleep.ts';
+
+/**
+ * Aborts `stop` once the runner holds and writes nothing and its consumer has nothing pending and nothing awaiting
+ * acknowledgement (bounded runs, tests). Asks the broker every `everyMs`, and never sooner than that after the
+ * last delivery; a broker that does not answer is asked again later.
+ */
+export async function stopWhenIdle(
+  d: { everyMs: number; session(): PullSession | undefined; busy(): boolean; lastDelivery(): number },
+  stop: AbortController,
+): Promise<void> {
+  while (!stop.signal.aborted) {
+    await sleep(d.everyMs, stop.signal);
+    const session = d.session();
+    if (stop.signal.aborted || !session || d.busy() || Date.now() - d.lastDelivery() < d.everyMs) continue;
+    try {
+      await session.nc.flush();
+      const info = await session.consumer.info();
+      if (info.num_pending === 0 && info.num_ack_pending === 0 && !d.busy()) stop.abort();
+    } catch {
+      // The broker is away or the consumer is being re-created; ask again later.
+    }
+  }
+}

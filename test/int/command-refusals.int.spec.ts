@@ -1,0 +1,124 @@
+// A refused command (404, 409, 422) is an expected outcome: it must cost only itself, never a rollback or a re-run
+// of the commands that share its group commit.
+import { createClient, type Client, type Transaction } from '@libsql/client';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createApp } from '../../src/app.ts';
+import { migrateDatabase } from '../../src/db/migrate.ts';
+import { createDatabase, prepareLocalDatabase } from '../../src/db/open-database.ts';
+import { createDeps } from '../../src/deps.ts';
+import { createUuidV7 } from '../../src/ids.ts';
+import { silentLogger } from '../../src/logger.ts';
+import { createTempDir, MIGRATIONS, orderBody } from '../support/db.ts';
+
+const cleanups: Array<() => void> = [];
+afterEach(() => {
+  for (const c of cleanups.splice(0).reverse()) c();
+});
+
+type Counts = { transactions: number; rollbacks: number; savepoints: number; commits: number };
+
+/**
+ * The real client of a real database file, watched: every call goes to it unchanged, and the counters record the
+ * transactions it opened and how they ended, and the savepoints run inside them.
+ */
+function watchedClient(real: Client): { client: Client; counts: Counts } {
+  const counts: Counts = { transactions: 0, rollbacks: 0, savepoints: 0, commits: 0 };
+  const forward = <T extends object>(target: T, prop: string | symbol) => {
+    const value = Reflect.get(target, prop, target);
+    return typeof value === 'function' ? value.bind(target) : value;
+  };
+  const watchTx = (tx: Transaction): Transaction =>
+    new Proxy(tx, {
+      get(target, prop) {
+        if (prop === 'rollback') counts.rollbacks++;
+        if (prop === 'commit') counts.commits++;
+        if (prop === 'execute') {
+          return (stmt: string | { sql: string }, ...rest: unknown[]) => {
+            const sql = typeof stmt === 'string' ? stmt : stmt.sql;
+            if (/^\s*(SAVEPOINT|ROLLBACK TO)\b/i.test(sql)) counts.savepoints++;
+            return (target.execute as (...a: unknown[]) => unknown)(stmt, ...rest);
+          };
+        }
+        return forward(target, prop);
+      },
+    });
+  const client = new Proxy(real, {
+    get(target, prop) {
+      if (prop === 'transaction') {
+        return async (...args: Parameters<Client['transaction']>) => {
+          counts.transactions++;
+          return watchTx(await target.transaction(...args));
+        };
+      }
+      return forward(target, prop);
+    },
+  });
+  return { client, counts };
+}
+
+async function watchedApp() {
+  const tmp = createTempDir();
+  cleanups.push(() => tmp[Symbol.dispose]());
+  const url = `file:${join(tmp.dir, 'app.db')}`;
+  const real = createClient({ url, timeout: 5000 });
+  cleanups.push(() => real.close());
+  await prepareLocalDatabase(real);
+  await migrateDatabase(real, MIGRATIONS);
+  const { client, counts } = watchedClient(real);
+  let idsDrawn = 0;
+  const uuid = createUuidV7();
+  const deps = createDeps(createDatabase(client), silentLogger, {
+    newId: () => {
+      idsDrawn++;
+      return uuid();
+    },
+  });
+  const fresh = createClient({ url });
+  cleanups.push(() => fresh.close());
+  return { app: createApp(deps), counts, idsDrawn: () => idsDrawn, fresh };
+}
+
+const post = (app: ReturnType<typeof createApp>, path: string, body: unknown, headers: Record<string, string> = {}) =>
+  app.request(path, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+
+describe('command refusals - a refused command costs only itself', () => {
+  it('404, 409 and 422 answered among 30 concurrent placements: their shared transactions commit with no rollback, no savepoint and no command run twice', async () => {
+    const { app, counts, idsDrawn, fresh } = await watchedApp();
+    const placed = (await (await post(app, '/orders', orderBody())).json()) as { orderId: string };
+    expect((await post(app, `/orders/${placed.orderId}/cancel`, {})).status).toBe(200);
+    expect((await post(app, '/orders', orderBody(), { 'idempotency-key': 'k-1' })).status).toBe(201);
+    const before = { ...counts };
+    const idsBefore = idsDrawn();
+
+    const N = 30;
+    const requests = [
+      ...Array.from({ length: N }, (_, i) => post(app, '/orders', orderBody({ customerId: `c-${i}` }))),
+      post(app, `/orders/${placed.orderId}/cancel`, { reason: 'again' }),
+      post(app, '/orders/no-such-order/cancel', {}),
+      post(app, '/orders', orderBody({ customerId: 'someone-else' }), { 'idempotency-key': 'k-1' }),
+    ];
+    const statuses = (await Promise.all(requests)).map((r) => r.status);
+
+    expect(statuses).toEqual([...Array(N).fill(201), 409, 404, 422]);
+    expect(counts.rollbacks - before.rollbacks).toBe(0);
+    expect(counts.savepoints - before.savepoints).toBe(0);
+    expect(counts.commits - before.commits).toBe(counts.transactions - before.transactions);
+    // Commands were grouped (fewer transactions than commands), and each placed order drew its two ids once.
+    expect(counts.transactions - before.transactions).toBeLessThan(N + 3);
+    expect(idsDrawn() - idsBefore).toBe(2 * N);
+    const committed = Number((await fresh.execute("SELECT count(*) FROM orders WHERE customer_id LIKE 'c-%'")).rows[0]![0]);
+    expect(committed).toBe(N);
+  });
+
+  it('a 409 alone in its transaction commits it rather than rolling it back', async () => {
+    const { app, counts } = await watchedApp();
+    const placed = (await (await post(app, '/orders', orderBody())).json()) as { orderId: string };
+    expect((await post(app, `/orders/${placed.orderId}/cancel`, {})).status).toBe(200);
+    const before = { ...counts };
+    const res = await post(app, `/orders/${placed.orderId}/cancel`, {});
+    expect(res.status).toBe(409);
+    expect(res.headers.get('content-type')).toBe('application/problem+json');
+    expect({ rollbacks: counts.rollbacks - before.rollbacks, commits: counts.commits - before.commits }).toEqual({ rollbacks: 0, commits: 1 });
+  });
+});
