@@ -6,13 +6,17 @@ import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import { isBusyError, isDatabaseUnreachable } from './db/busy.ts';
 import type { Deps } from './deps.ts';
 import { AppError, NotFoundError, ServiceUnavailableError, toProblem } from './errors.ts';
-import { createOrderRoutes } from './orders/orders.routes.ts';
+import type { Context } from './http/define-context.ts';
 import { readOutboxStats } from './outbox/outbox-stats.ts';
 
 export const MAX_BODY_BYTES = 64 * 1024;
 
 export type AppOptions = {
-  /** Serve the command routes (the `api` role); false leaves only the operational endpoints. */
+  /** The service's name, in problem-type URIs (default: hono-outbox). */
+  service?: string;
+  /** The contexts whose routes the `api` role serves, each at its basePath. */
+  contexts?: readonly Context[];
+  /** Serve the contexts' routes (the `api` role); false leaves only the operational endpoints. */
   api?: boolean;
   /** Extra readiness facts (e.g. `{ nats: 'connected' }`); reported, they do not fail /ready. */
   readiness?: () => Record<string, string>;
@@ -34,7 +38,7 @@ export function createApp(deps: Deps, options: AppOptions = {}): Hono {
     }),
   );
 
-  if (options.api !== false) app.route('/orders', createOrderRoutes(deps));
+  if (options.api !== false) for (const context of options.contexts ?? []) app.route(context.basePath, context.routes(deps));
 
   app.get('/health', (c) => c.json({ status: 'ok' }));
 
@@ -55,7 +59,7 @@ export function createApp(deps: Deps, options: AppOptions = {}): Hono {
 
   app.notFound((c) => {
     const err = new NotFoundError(`No route for ${c.req.method} ${c.req.path}.`);
-    return c.json(toProblem(err, c.req.path), 404, { 'Content-Type': 'application/problem+json' });
+    return c.json(toProblem(err, c.req.path, options.service), 404, { 'Content-Type': 'application/problem+json' });
   });
 
   app.onError((error, c) => {
@@ -63,7 +67,7 @@ export function createApp(deps: Deps, options: AppOptions = {}): Hono {
     if (appError.status >= 500 && appError.status !== 503) {
       deps.log.error('unhandled error', { path: c.req.path, error: String(error), stack: (error as Error).stack });
     }
-    return c.json(toProblem(appError, c.req.path), appError.status as ContentfulStatusCode, {
+    return c.json(toProblem(appError, c.req.path, options.service), appError.status as ContentfulStatusCode, {
       'Content-Type': 'application/problem+json',
       ...appError.headers,
     });

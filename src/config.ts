@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { DEFAULT_SERVICE_NAME, streamNameOf } from './service-name.ts';
 import { formatDuration, parseDuration } from './duration.ts';
 
 /** Thrown when the environment does not describe a valid configuration; `message` is one line naming the variable. */
@@ -34,6 +35,7 @@ const boolean = z
 
 /** Environment variables the service understands, with defaults that make `npm run dev` work without a `.env`. */
 export const ConfigSchema = z.object({
+  SERVICE_NAME: z.string().regex(/^[a-z][a-z0-9-]{0,62}$/, 'lower-case letters, digits and -, starting with a letter').default(DEFAULT_SERVICE_NAME),
   PORT: int(0, 65535).default(3000),
   HOST: z.string().min(1).default('0.0.0.0'),
   DATABASE_URL: z
@@ -53,11 +55,12 @@ export const ConfigSchema = z.object({
   NATS_TLS_CA: optionalText,
   NATS_TLS_CERT: optionalText,
   NATS_TLS_KEY: optionalText,
-  NATS_STREAM: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'a stream name of letters, digits, - and _').default('EVENTS'),
+  /** Default stream name and subject prefix derive from SERVICE_NAME (see service-name.ts). */
+  NATS_STREAM: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'a stream name of letters, digits, - and _').optional(),
   EVENTS_SUBJECT_PREFIX: z
     .string()
     .regex(/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/, 'dot-separated subject tokens without wildcards')
-    .default('events'),
+    .optional(),
   STREAM_MAX_BYTES: int(1024 * 1024, Number.MAX_SAFE_INTEGER).default(1024 * 1024 * 1024),
   STREAM_DUPLICATE_WINDOW_MS: int(1000, 7 * 24 * 3600 * 1000).default(10 * 60 * 1000),
   RELAY_POLL_MS: int(1, 60_000).default(100),
@@ -92,7 +95,7 @@ export const ConfigSchema = z.object({
   MIGRATE_ON_START: boolean.default(true),
 });
 
-export type Config = z.output<typeof ConfigSchema>;
+export type Config = Omit<z.output<typeof ConfigSchema>, 'NATS_STREAM' | 'EVENTS_SUBJECT_PREFIX'> & { NATS_STREAM: string; EVENTS_SUBJECT_PREFIX: string };
 
 /** Never echoed back in an error message; URLs are not either, as they may carry a password. */
 const SECRETS = new Set(['ADMIN_TOKEN', 'DATABASE_AUTH_TOKEN', 'NATS_TOKEN', 'NATS_PASSWORD', 'NATS_USER']);
@@ -105,7 +108,10 @@ export function parseConfig(env: Record<string, string | undefined>): Config {
     if (value !== undefined && value !== '') input[key] = value;
   }
   const result = ConfigSchema.safeParse(input);
-  if (result.success) return result.data;
+  if (result.success) {
+    const c = result.data;
+    return { ...c, NATS_STREAM: c.NATS_STREAM ?? streamNameOf(c.SERVICE_NAME), EVENTS_SUBJECT_PREFIX: c.EVENTS_SUBJECT_PREFIX ?? c.SERVICE_NAME };
+  }
   const issue = result.error.issues[0]!;
   const name = String(issue.path[0] ?? 'configuration');
   const got = SECRETS.has(name) || /URL/.test(name) ? undefined : input[name];

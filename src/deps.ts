@@ -1,6 +1,5 @@
 import type { Database } from './db/open-database.ts';
 import { createWriter, type Writer } from './db/writer.ts';
-import { createAppRegistry } from './events/catalog.ts';
 import type { EventRegistry } from './events/registry.ts';
 import { createUuidV7 } from './ids.ts';
 import type { Logger } from './logger.ts';
@@ -18,12 +17,12 @@ export type Deps = {
   outboxCommitted: Signal;
 };
 
-/** Deps over `db` with its own write queue, the service's registry, the real clock and UUIDv7 ids; `over` replaces parts. */
-export function createDeps(db: Database, log: Logger, over: Partial<Omit<Deps, 'db' | 'log'>> = {}): Deps {
+/** Deps over `db` with its own write queue, the given registry, the real clock and UUIDv7 ids; `over` replaces parts. */
+export function createDeps(db: Database, log: Logger, registry: EventRegistry, over: Partial<Omit<Deps, 'db' | 'log' | 'registry'>> = {}): Deps {
   return {
     db,
     writer: over.writer ?? createWriter(db),
-    registry: over.registry ?? createAppRegistry(),
+    registry,
     clock: over.clock ?? (() => new Date()),
     newId: over.newId ?? createUuidV7(),
     log,

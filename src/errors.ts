@@ -1,4 +1,5 @@
 import type { z } from 'zod';
+import { DEFAULT_SERVICE_NAME } from './service-name.ts';
 
 export type ProblemIssue = { path: string; message: string; code: string };
 
@@ -59,13 +60,13 @@ export class ServiceUnavailableError extends AppError {
   }
 }
 
-/** Problem `type` URIs: tag URIs, stable identifiers that need no web site. */
-export const problemType = (code: string) => `tag:hono-outbox,2026:problem:${code}`;
+/** Problem `type` URIs: tag URIs naming the service, stable identifiers that need no web site. */
+export const problemType = (code: string, service = DEFAULT_SERVICE_NAME) => `tag:${service},2026:problem:${code}`;
 
-/** Renders an AppError as an RFC 9457 problem details object. */
-export function toProblem(error: AppError, instance?: string): Record<string, unknown> {
+/** Renders an AppError as an RFC 9457 problem details object, its type URI naming `service`. */
+export function toProblem(error: AppError, instance?: string, service?: string): Record<string, unknown> {
   return {
-    type: problemType(error.code),
+    type: problemType(error.code, service),
     title: error.title,
     status: error.status,
     detail: error.message,

@@ -18,14 +18,16 @@ import { createRelay, type Relay, type RelayRunOptions } from './outbox/relay.ts
 import type { RelayFaults } from './outbox/relay-pass.ts';
 import { relaySettingsFrom } from './outbox/relay-settings.ts';
 import { createOpsRoutes } from './ops/ops.routes.ts';
+import { durableNameOf } from './service-name.ts';
 import { createSignal } from './signal.ts';
-import { findSubscriber, subscribers } from './consumers/subscribers.ts';
-import { createReportRoutes } from './consumers/consumers.routes.ts';
+import { findSubscriber, registryOf, type Modules } from './compose/define-modules.ts';
 import { createConsumerRunner, type ConsumerFaults, type ConsumerRunner } from './inbox/consumer-runner.ts';
 import { assertSafeRetention, compactInboxPeriodically, retentionSettingsFrom } from './inbox/retention.ts';
 import { applyWithoutInbox } from './inbox/without-inbox.ts';
 
 export type ServiceIo = {
+  /** The contexts, events and subscribers this service is made of (src/modules.ts, or a test's fixture). */
+  modules: Modules;
   client: Client;
   /** Opens (and migrates) a subscriber's own database; needed by the `consumers` role. */
   openSubscriberDb?: (name: string) => Promise<Client>;
@@ -72,7 +74,7 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
       ? createKicker({ connect: io.connect, subject: kickSubject(stream.name), log: io.log, maxBackoffMs: config.RELAY_MAX_BACKOFF_MS })
       : undefined;
 
-  const deps = createDeps(db, io.log, {
+  const deps = createDeps(db, io.log, registryOf(io.modules), {
     clock,
     outboxCommitted: {
       notify() {
@@ -116,21 +118,22 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
 
   const consumers: ConsumerRunner[] = [];
   const subscriberClients: Client[] = [];
-  let reportingDb: Database | undefined;
+  const subscriberRoutes: Array<{ basePath: string; routes: Hono<any, any, any> }> = [];
   if (roles.has('consumers')) {
     if (!io.connect || !io.openSubscriberDb) throw new Error('the consumers role needs a NATS transport and subscriber databases');
-    const names = config.CONSUMERS ?? Object.keys(subscribers);
+    const names = config.CONSUMERS ?? io.modules.subscribers.map((s) => s.name);
     const nakMaxMs = config.RELAY_MAX_BACKOFF_MS;
     assertSafeRetention({ retentionMs: config.INBOX_RETENTION_DAYS * 86_400_000, ...retentionSettingsFrom(config) });
     for (const name of names) {
-      const subscriber = findSubscriber(name);
+      const subscriber = findSubscriber(io.modules, name);
       const client = await io.openSubscriberDb(name);
       subscriberClients.push(client);
       const subscriberDb = createDatabase(client);
-      if (name === 'reporting') reportingDb = subscriberDb;
+      if (subscriber.routes) subscriberRoutes.push({ basePath: subscriber.basePath ?? `/${subscriber.name}`, routes: subscriber.routes(subscriberDb) });
       const writer = createWriter(subscriberDb, { maxGroup: config.CONSUMER_BATCH });
       const runner = createConsumerRunner({
         ...subscriber,
+        durableName: durableNameOf(config.SERVICE_NAME, subscriber.name),
         db: subscriberDb,
         writer,
         ...(io.brokenNoInbox ? { processBatch: applyWithoutInbox(writer, deps.registry, subscriber.handle) } : {}),
@@ -155,6 +158,8 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
   }
 
   const app = createApp(deps, {
+    service: config.SERVICE_NAME,
+    contexts: io.modules.contexts,
     api: roles.has('api'),
     readiness: () => ({
       nats: relay ? relay.state() : consumers[0]?.state() ?? 'not used by this process',
@@ -162,7 +167,7 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
     }),
     extend: (a) => {
       a.route('/', createOpsRoutes({ db, clock, metrics, adminToken: config.ADMIN_TOKEN, outboxCommitted: deps.outboxCommitted, writer: deps.writer }));
-      if (reportingDb) a.route('/reports', createReportRoutes(reportingDb));
+      for (const r of subscriberRoutes) a.route(r.basePath, r.routes);
     },
   });
 

@@ -1,18 +1,19 @@
 import type { Client, Transaction } from '@libsql/client';
-import { drizzle, type LibSQLDatabase, type LibSQLTransaction } from 'drizzle-orm/libsql';
 import type { ExtractTablesWithRelations } from 'drizzle-orm';
-import { schema } from './schema.ts';
+import { drizzle, type LibSQLDatabase, type LibSQLTransaction } from 'drizzle-orm/libsql';
 import { busyBudgetOf, retryWhileBusy } from './write-lock.ts';
 
-export type Schema = typeof schema;
-/** The service database: drizzle over a libSQL client. Reads may use it directly; writes go through the Writer. */
-export type Database = LibSQLDatabase<Schema> & { $client: Client };
+/**
+ * A database (the service's or a subscriber's): drizzle over a libSQL client. Reads may use it directly; writes go
+ * through the Writer. Tables are imported where they are used (each module owns its own), not registered here.
+ */
+export type Database = LibSQLDatabase & { $client: Client };
 /** An open write transaction (or a savepoint inside one); only the Writer hands these out. */
-export type Tx = LibSQLTransaction<Schema, ExtractTablesWithRelations<Schema>>;
+export type Tx = LibSQLTransaction<Record<string, never>, ExtractTablesWithRelations<Record<string, never>>>;
 
-/** Wraps a libSQL client (any runtime's) in drizzle with the service schema. */
+/** Wraps a libSQL client (any runtime's) in drizzle. */
 export function createDatabase(client: Client): Database {
-  return drizzle(client, { schema }) as Database;
+  return drizzle(client) as Database;
 }
 
 /**

@@ -11,8 +11,8 @@ import { readOutboxStats } from '../outbox/outbox-stats.ts';
 import { parseArgs, parseDurationOption, parsePositiveInt, UsageError } from './args.ts';
 import { loadConfigOrExit, migrateOrExit, MIGRATIONS_FOLDER, openClient, openSubscriberDb } from './boot.ts';
 import { exitOnFatalErrors } from './fatal-errors.ts';
-import { findSubscriber } from '../consumers/subscribers.ts';
-import { createAppRegistry } from '../events/catalog.ts';
+import { findSubscriber, registryOf } from '../compose/define-modules.ts';
+import { modules } from '../modules.ts';
 import { listDeadLetters, replayDeadLetters } from '../inbox/dead-letters.ts';
 import { createInboxDeps } from '../inbox/handle-once.ts';
 import { assertSafeRetention, compactInbox, retentionSettingsFrom, UnsafeRetentionError } from '../inbox/retention.ts';
@@ -61,7 +61,7 @@ async function withDatabase<T>(fn: (d: { db: ReturnType<typeof createDatabase>; 
 function subscriberNamed(name: string | undefined): Subscriber {
   if (!name) throw new UsageError('--consumer <name> is required');
   try {
-    return findSubscriber(name);
+    return findSubscriber(modules, name);
   } catch (error) {
     throw new UsageError((error as Error).message);
   }
@@ -72,7 +72,7 @@ async function withSubscriber<T>(subscriber: Subscriber, fn: (s: { db: ReturnTyp
   const client = await openSubscriberDb(config(), subscriber.name);
   try {
     const db = createDatabase(client);
-    const inbox = createInboxDeps(subscriber, { writer: createWriter(db), registry: createAppRegistry(), metrics: createMetrics(), maxDeliver: config().CONSUMER_MAX_DELIVER });
+    const inbox = createInboxDeps(subscriber, { writer: createWriter(db), registry: registryOf(modules), metrics: createMetrics(), maxDeliver: config().CONSUMER_MAX_DELIVER });
     return await fn({ db, inbox });
   } finally {
     client.close();

@@ -10,7 +10,8 @@ import { createDatabase } from '../db/open-database.ts';
 import { createWriter } from '../db/writer.ts';
 import { createDeps } from '../deps.ts';
 import { AppError, toProblem } from '../errors.ts';
-import { createAppRegistry } from '../events/catalog.ts';
+import { registryOf } from '../compose/define-modules.ts';
+import { modules } from '../modules.ts';
 import { createLogger, type Logger } from '../logger.ts';
 import { createMetrics } from '../metrics/metrics.ts';
 import { natsConnectionOptions, type ConnectNats } from '../nats/connect.ts';
@@ -68,8 +69,10 @@ function createRequestApp(config: Config, client: Client, log: Logger): Hono {
   const metrics = createMetrics();
   registerOutboxGauges(metrics, db, clock);
   // No relay lives in this isolate: a commit is published at the next cron tick.
-  const deps = createDeps(db, log, { clock });
+  const deps = createDeps(db, log, registryOf(modules), { clock });
   const app = createApp(deps, {
+    service: config.SERVICE_NAME,
+    contexts: modules.contexts,
     api: config.ROLES.includes('api'),
     readiness: () => ({ nats: 'published by the cron trigger' }),
     extend: (a) =>
@@ -82,7 +85,7 @@ function createRequestApp(config: Config, client: Client, log: Logger): Hono {
 function wsConnector(config: Config): ConnectNats {
   const options = natsConnectionOptions({
     servers: config.NATS_URL.split(','),
-    name: 'hono-outbox worker relay',
+    name: `${config.SERVICE_NAME} worker relay`,
     ...(config.NATS_TOKEN ? { token: config.NATS_TOKEN } : {}),
     ...(config.NATS_USER ? { user: config.NATS_USER, pass: config.NATS_PASSWORD ?? '' } : {}),
     ...(config.NATS_CREDS ? { creds: new TextEncoder().encode(config.NATS_CREDS) } : {}),
@@ -97,7 +100,7 @@ function wsConnector(config: Config): ConnectNats {
  */
 export async function runScheduledRelay(env: WorkerEnv): Promise<RelayRunSummary> {
   const config = configFrom(env);
-  const log = createLogger(config.LOG_LEVEL);
+  const log = createLogger(config.LOG_LEVEL, undefined, { service: config.SERVICE_NAME });
   if (!/^wss?:\/\//.test(config.NATS_URL)) throw new ConfigError('Invalid configuration: NATS_WS_URL must be a ws:// or wss:// URL in a worker');
   const client = openRemoteClient(config);
   const db = createDatabase(client);
@@ -107,7 +110,7 @@ export async function runScheduledRelay(env: WorkerEnv): Promise<RelayRunSummary
     const relay = createRelay({
       db,
       writer: createWriter(db),
-      registry: createAppRegistry(),
+      registry: registryOf(modules),
       clock: () => new Date(),
       log,
       metrics: createOutboxMetrics(createMetrics()),
@@ -146,7 +149,7 @@ export default {
     }
     const client = openRemoteClient(config);
     try {
-      return await createRequestApp(config, client, createLogger(config.LOG_LEVEL)).fetch(request, env, ctx as never);
+      return await createRequestApp(config, client, createLogger(config.LOG_LEVEL, undefined, { service: config.SERVICE_NAME })).fetch(request, env, ctx as never);
     } finally {
       client.close();
     }

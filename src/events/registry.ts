@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import type { EventCatalog } from './define-events.ts';
 import { IntegrationEventEnvelope, type IntegrationEvent } from './integration-event.ts';
 
 /** The type is not in the registry: it may not be stored, published or applied. */
@@ -26,24 +27,40 @@ export type EventRegistry = {
   /** Returns the event with its data parsed by the registered schema; throws UnknownEventTypeError or InvalidEventError. */
   parse(event: unknown): IntegrationEvent;
   types(): string[];
+  /** The aggregate type of events of `type`; throws UnknownEventTypeError for an unregistered type. */
+  aggregateOf(type: string): string;
+  /** The catalog the registry was built from (schemas by type), e.g. to describe the events. */
+  catalog(): EventCatalog;
 };
 
-/** Builds the whitelist of integration events: one zod schema per versioned type. */
-export function createEventRegistry(schemas: Record<string, z.ZodType>): EventRegistry {
-  const byType = new Map(Object.entries(schemas));
+/**
+ * Builds the whitelist of integration events from a catalog: one aggregate type and one zod schema of `data` per
+ * versioned type. `parse` also refuses an event whose aggregateType is not the one its type belongs to.
+ */
+export function createEventRegistry(catalog: EventCatalog): EventRegistry {
+  const byType = new Map(Object.entries(catalog));
   return {
     has: (type) => byType.has(type),
     types: () => [...byType.keys()],
+    catalog: () => catalog,
+    aggregateOf(type) {
+      const def = byType.get(type);
+      if (!def) throw new UnknownEventTypeError(type);
+      return def.aggregate;
+    },
     parse(event) {
       const type =
         typeof event === 'object' && event !== null && typeof (event as { type?: unknown }).type === 'string'
           ? (event as { type: string }).type
           : '(missing type)';
-      const schema = byType.get(type);
-      if (!schema) throw new UnknownEventTypeError(type);
+      const def = byType.get(type);
+      if (!def) throw new UnknownEventTypeError(type);
       const envelope = IntegrationEventEnvelope.safeParse(event);
       if (!envelope.success) throw new InvalidEventError(type, envelope.error.issues);
-      const data = schema.safeParse(envelope.data.data);
+      if (envelope.data.aggregateType !== def.aggregate) {
+        throw new InvalidEventError(type, [{ code: 'custom', path: ['aggregateType'], message: `must be ${JSON.stringify(def.aggregate)} for ${type}`, input: envelope.data.aggregateType }]);
+      }
+      const data = def.data.safeParse(envelope.data.data);
       if (!data.success) throw new InvalidEventError(type, data.error.issues);
       return { ...envelope.data, data: data.data };
     },

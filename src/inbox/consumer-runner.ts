@@ -17,7 +17,7 @@ import type { InboxMessage } from './inbox-message.ts';
 import { pullMessages, type PullSession } from './pull-messages.ts';
 import { createRedeliveryBarrier, type RedeliveryBarrier } from './redelivery-barrier.ts';
 import { stopWhenIdle } from './stop-when-idle.ts';
-import type { Subscriber } from './subscriber.ts';
+import { subscriberAggregates, type Subscriber } from './subscriber.ts';
 import { createBatchWrites, type DatabaseState } from './write-until-committed.ts';
 
 export type { DatabaseState } from './write-until-committed.ts';
@@ -32,6 +32,8 @@ export type ConsumerFaults = {
 };
 
 export type ConsumerRunnerOptions = Subscriber & {
+  /** The durable consumer's name on the stream (default: the subscriber's name); the service uses `<service>-<subscriber>`. */
+  durableName?: string;
   /** The subscriber's own database (never the service's). */
   db: Database;
   /** Its write queue; created over `db` when omitted. Share it with compaction and replay (one queue per database). */
@@ -77,6 +79,8 @@ export type ConsumerRunOptions = {
 export type ConsumerRunSummary = {
   processed: number;
   duplicates: number;
+  /** Events of types the subscriber does not handle: acknowledged without an inbox row. */
+  ignored: number;
   deadLettered: number;
   /** Handler failures retried in-process. */
   retried: number;
@@ -128,8 +132,8 @@ export function createConsumerRunner(o: ConsumerRunnerOptions): ConsumerRunner {
   const processBatch = o.processBatch ?? ((msgs: InboxMessage[]) => handleBatch(inbox, msgs));
   const consumerSettings: ConsumerSettings = {
     stream: o.stream.name,
-    name: o.name,
-    filterSubjects: o.aggregateTypes.map((t) => `${o.stream.prefix}.${t}.>`),
+    name: o.durableName ?? o.name,
+    filterSubjects: subscriberAggregates(o, o.registry).map((t) => `${o.stream.prefix}.${t}.>`),
     ackWaitMs,
     // The broker redelivers without limit: a message it stopped redelivering after max_deliver crashes or
     // stalls would be gone without a dead letter. The inbox alone decides when to give up (attempt maxDeliver
@@ -152,7 +156,7 @@ export function createConsumerRunner(o: ConsumerRunnerOptions): ConsumerRunner {
     state: () => brokerState,
     databaseState: () => writes.state(),
     async run(options = {}) {
-      const summary: ConsumerRunSummary = { processed: 0, duplicates: 0, deadLettered: 0, retried: 0, brokerErrors: 0, databaseErrors: 0 };
+      const summary: ConsumerRunSummary = { processed: 0, duplicates: 0, ignored: 0, deadLettered: 0, retried: 0, brokerErrors: 0, databaseErrors: 0 };
       const stop = new AbortController();
       const onAbort = () => stop.abort();
       options.signal?.addEventListener('abort', onAbort, { once: true });
@@ -191,10 +195,10 @@ export function createConsumerRunner(o: ConsumerRunnerOptions): ConsumerRunner {
         switch (result.outcome) {
           case 'processed':
           case 'duplicate':
+          case 'ignored':
             answer(h, (m) => m.ack(), 'acknowledge');
             held.release(h);
-            if (result.outcome === 'processed') summary.processed++;
-            else summary.duplicates++;
+            summary[result.outcome === 'processed' ? 'processed' : result.outcome === 'duplicate' ? 'duplicates' : 'ignored']++;
             break;
           case 'dead-lettered':
             answer(h, (m) => m.term(), 'terminate');
@@ -213,7 +217,7 @@ export function createConsumerRunner(o: ConsumerRunnerOptions): ConsumerRunner {
           case 'deferred':
             break;
         }
-        const final = summary.processed + summary.duplicates + summary.deadLettered;
+        const final = summary.processed + summary.duplicates + summary.ignored + summary.deadLettered;
         if (options.maxMessages !== undefined && final >= options.maxMessages) stop.abort();
       };
 

@@ -3,7 +3,7 @@ import type { Database } from '../db/open-database.ts';
 import { applyOnce, describeError, type InboxDeps } from './handle-once.ts';
 import { decodeMessage, type InboxMessage } from './inbox-message.ts';
 import { deleteDeadLetter, recordReplayError } from './inbox-store.ts';
-import { deadLetters } from './schema.ts';
+import { deadLetters } from './tables.ts';
 
 /** A message a subscriber gave up on, with the stored copy replay works from. */
 export type DeadLetter = {

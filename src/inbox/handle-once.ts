@@ -9,7 +9,7 @@ import { createInboxMetrics, type InboxMetrics } from './inbox-metrics.ts';
 import { claimInboxRows, insertInboxRow, storeDeadLetter } from './inbox-store.ts';
 import type { Subscriber, SubscriberHandler } from './subscriber.ts';
 
-/** DESIGN.md §6: a message is delivered at most this many times before the inbox dead-letters it. */
+/** A failing handler is tried this many times (counted from the message's deliveries) before the inbox dead-letters it. */
 export const DEFAULT_MAX_DELIVER = 10;
 
 /** What one subscriber needs to apply messages exactly once to its own database. */
@@ -20,6 +20,8 @@ export type InboxDeps = {
   writer: Writer;
   registry: EventRegistry;
   handle: SubscriberHandler;
+  /** True for the event types the subscriber applies; other registered types are acknowledged untouched. */
+  handles: (type: string) => boolean;
   clock: () => Date;
   metrics: InboxMetrics;
   /** The consumer's max_deliver: a handler failure on this attempt (or later) dead-letters the message. */
@@ -36,6 +38,7 @@ export function createInboxDeps(
     writer: parts.writer,
     registry: parts.registry,
     handle: subscriber.handle,
+    handles: ((types) => (type: string) => types.has(type))(new Set(subscriber.types)),
     clock: parts.clock ?? (() => new Date()),
     metrics: createInboxMetrics(parts.metrics),
     maxDeliver: parts.maxDeliver ?? DEFAULT_MAX_DELIVER,
@@ -49,6 +52,7 @@ export function createInboxDeps(
 export type InboxResult =
   | { outcome: 'processed'; eventId: string }
   | { outcome: 'duplicate'; eventId: string }
+  | { outcome: 'ignored'; eventId: string }
   | { outcome: 'dead-lettered'; eventId: string; error: string }
   | { outcome: 'retry'; eventId: string; error: string }
   | { outcome: 'deferred'; eventId: string };
@@ -101,6 +105,7 @@ class HandlerFailed extends Error {
  * - the inbox rows of the whole batch are claimed with multi-row inserts and the handler runs for the new events,
  *   all in ONE write (no savepoint per message: the common case costs one statement per event plus its effect);
  * - an event already in the inbox is a `duplicate` (acked, not applied again);
+ * - a registered event of a type the subscriber does not apply is `ignored` (acked, no inbox row, not counted);
  * - a body that is not JSON, an unregistered type or an invalid payload is stored as a dead letter at once;
  * - a handler that throws rolls back the whole attempt; that message comes back as `retry` (or, on attempt
  *   maxDeliver, is dead-lettered with the error), the later messages of its subject (its aggregate) as `deferred`,
@@ -117,7 +122,8 @@ export async function handleBatch(deps: InboxDeps, msgs: InboxMessage[]): Promis
   const doomed: Doomed[] = [];
   msgs.forEach((msg, i) => {
     const decoded = decodeMessage(deps.registry, msg);
-    if (decoded.ok) rest.push({ i, msg, event: decoded.event });
+    if (decoded.ok && !deps.handles(decoded.event.type)) results[i] = { outcome: 'ignored', eventId: decoded.event.eventId };
+    else if (decoded.ok) rest.push({ i, msg, event: decoded.event });
     else doomed.push({ i, msg, eventId: decoded.eventId, error: decoded.error });
   });
 

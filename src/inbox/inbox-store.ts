@@ -1,7 +1,7 @@
 import { and, eq, sql } from 'drizzle-orm';
 import type { Tx } from '../db/open-database.ts';
 import type { InboxMessage } from './inbox-message.ts';
-import { deadLetters, inbox } from './schema.ts';
+import { deadLetters, inbox } from './tables.ts';
 
 /**
  * Claims `eventId` for `consumer` in the caller's transaction. False means the row already exists: the event

@@ -25,11 +25,3 @@ CREATE TABLE `customer_reports` (
 	`orders_cancelled` integer DEFAULT 0 NOT NULL,
 	`total_cents` integer DEFAULT 0 NOT NULL
 );
---> statement-breakpoint
-CREATE TABLE `notification_emails` (
-	`id` integer PRIMARY KEY AUTOINCREMENT NOT NULL,
-	`order_id` text NOT NULL,
-	`customer_id` text NOT NULL,
-	`kind` text NOT NULL,
-	`created_at` integer NOT NULL
-);

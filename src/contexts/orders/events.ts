@@ -1,6 +1,7 @@
 import { z } from 'zod';
-import type { IntegrationEvent } from '../events/integration-event.ts';
-import { safeText } from '../events/safe-text.ts';
+import { defineEvents } from '../../events/define-events.ts';
+import type { IntegrationEvent } from '../../events/integration-event.ts';
+import { safeText } from '../../events/safe-text.ts';
 import type { OrderEvent } from './order.ts';
 
 const Cents = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
@@ -29,13 +30,13 @@ export const OrderCancelledV1 = z.strictObject({
 });
 export type OrderCancelledV1 = z.output<typeof OrderCancelledV1>;
 
-/** Registry entries of the order context. */
-export const orderEventSchemas = {
-  'order.placed.v1': OrderPlacedV1,
-  'order.cancelled.v1': OrderCancelledV1,
-} as const;
-
 export const ORDER_AGGREGATE = 'order';
+
+/** The events the order context publishes: its registry entries (the contract subscribers are typed from). */
+export const orderEvents = defineEvents({
+  'order.placed.v1': { aggregate: ORDER_AGGREGATE, data: OrderPlacedV1 },
+  'order.cancelled.v1': { aggregate: ORDER_AGGREGATE, data: OrderCancelledV1 },
+});
 
 /** Maps the aggregate's domain events to integration events (plain JSON), one fresh id each. */
 export function toOrderIntegrationEvents(events: OrderEvent[], newId: () => string): IntegrationEvent[] {

@@ -1,4 +1,4 @@
-import { sqlOf, sqlRunner, type Database, type Tx } from '../db/open-database.ts';
+import { sqlOf, sqlRunner, type Database, type Tx } from '../../db/open-database.ts';
 import type { Order, OrderStatus } from './order.ts';
 
 /** Loads an order with its lines; works on the database or inside a transaction. */

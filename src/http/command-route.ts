@@ -1,0 +1,68 @@
+import type { Context, MiddlewareHandler } from 'hono';
+import type { z } from 'zod';
+import type { Tx } from '../db/open-database.ts';
+import type { Deps } from '../deps.ts';
+import type { AppError } from '../errors.ts';
+import type { IntegrationEvent } from '../events/integration-event.ts';
+import { appendToOutbox, type OutboxHeaders } from '../outbox/append-to-outbox.ts';
+import { readIdempotencyKey, runIdempotent, sendCommandResponse, type CommandProblem, type CommandResponse } from './idempotency.ts';
+import { requireJson, validJson } from './json-body.ts';
+import { outboxHeadersFrom } from './trace-headers.ts';
+
+/** What a command handler gets besides its transaction and its validated input. */
+export type Command = {
+  /** The command's time: one instant for its state, its events and its idempotency key. */
+  now: Date;
+  newId: () => string;
+  /** The route's path parameters (`/:id` → `params.id`). */
+  params: Record<string, string>;
+  /** Appends integration events to the outbox in this transaction (registry-checked, with the request's trace headers). */
+  emit(events: IntegrationEvent[]): Promise<void>;
+};
+
+/** What a command returns: a response, or an expected refusal (404, 409 …) as a value, never thrown. */
+export type CommandOutcome = CommandResponse | CommandProblem;
+
+/** A command handler: state and events in the caller's write transaction; database work only (it may run twice). */
+export type CommandHandler<I> = (tx: Tx, input: I, cmd: Command) => Promise<CommandOutcome>;
+
+/** `201 Created` with a Location. */
+export const created = (location: string, body: unknown): CommandResponse => ({ status: 201, location, body });
+/** `200 OK`. */
+export const ok = (body: unknown): CommandResponse => ({ status: 200, body });
+/** An expected refusal, answered as problem+json after the write (other commands of the group still commit). */
+export const refuse = (problem: AppError): CommandProblem => ({ problem });
+
+/** The Command of one execution in `tx`: the clock read once, ids, path parameters and an `emit` bound to `tx`. */
+export function createCommand(tx: Tx, deps: Pick<Deps, 'registry' | 'clock' | 'newId'>, extra: { params?: Record<string, string>; headers?: OutboxHeaders } = {}): Command {
+  const now = deps.clock();
+  return {
+    now,
+    newId: deps.newId,
+    params: extra.params ?? {},
+    emit: (events) => appendToOutbox(tx, events, { registry: deps.registry, now, ...(extra.headers ? { headers: extra.headers } : {}) }),
+  };
+}
+
+/**
+ * The handlers of a command route, to spread after its path: `app.post('/:id/cancel', ...commandRoute(deps, Body, cancel))`.
+ * Requires a JSON body (415 otherwise; `emptyBody` lets a missing or empty body through as `{}`), validates it
+ * (400 problem with the zod issues), honours Idempotency-Key, carries `traceparent` and the correlation id into the
+ * outbox rows, runs `handler` inside the writer (so it shares a group commit), answers after the commit, and wakes
+ * the relay when something new was committed.
+ */
+export function commandRoute<S extends z.ZodType>(deps: Deps, body: S, handler: CommandHandler<z.output<S>>, options: { emptyBody?: boolean } = {}) {
+  const run: MiddlewareHandler = async function runCommand(c: Context) {
+    const input = (c.req.valid as (target: 'json') => z.output<S>)('json');
+    const key = await readIdempotencyKey(c, input);
+    const headers = outboxHeadersFrom(c);
+    const params = c.req.param() as Record<string, string>;
+    const res = await deps.writer.write((tx) => {
+      const cmd = createCommand(tx, deps, { params, headers });
+      return runIdempotent(tx, key, cmd.now, () => handler(tx, input, cmd));
+    });
+    if (!('problem' in res) && !res.replayed) deps.outboxCommitted.notify();
+    return sendCommandResponse(c, res);
+  };
+  return [requireJson({ allowEmpty: options.emptyBody ?? false }), validJson(body), run] as const;
+}

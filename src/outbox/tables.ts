@@ -1,0 +1,31 @@
+import { sql } from 'drizzle-orm';
+import { check, index, integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
+
+/** Integration events waiting to be (or already) published; written only inside the command's transaction. */
+export const outbox = sqliteTable(
+  'outbox',
+  {
+    seq: integer('seq').primaryKey({ autoIncrement: true }),
+    id: text('id').notNull().unique(),
+    aggregateType: text('aggregate_type').notNull(),
+    aggregateId: text('aggregate_id').notNull(),
+    messageType: text('message_type').notNull(),
+    payload: text('payload').notNull(),
+    headers: text('headers').notNull().default('{}'),
+    status: text('status', { enum: ['pending', 'sent', 'failed'] }).notNull(),
+    attempts: integer('attempts').notNull().default(0),
+    lastError: text('last_error'),
+    occurredAt: integer('occurred_at').notNull(),
+    availableAt: integer('available_at').notNull(),
+    sentAt: integer('sent_at'),
+  },
+  (t) => [
+    index('idx_outbox_status_seq').on(t.status, t.seq),
+    // Rows that failed at least once and are not sent: tiny, and read each pass to hold back later rows of
+    // their aggregate, so per-aggregate order survives retries and parked rows.
+    index('idx_outbox_retrying')
+      .on(t.aggregateType, t.aggregateId, t.seq)
+      .where(sql`${t.attempts} > 0 AND ${t.status} != 'sent'`),
+    check('outbox_status_check', sql`${t.status} IN ('pending','sent','failed')`),
+  ],
+);
