@@ -1,7 +1,7 @@
 // node --import tsx bench/chart.ts [summary.json] [out.svg]
 // Draws bench/benchmarks.svg from bench/latest.json (written by `npm run bench`), by hand, no dependencies:
 //   (i)  the end-to-end lag distribution of bench:lag as CDFs on a log time axis;
-//   (ii) POST /orders throughput of bench:commands, one group of bars per runtime, with the DESIGN.md §10 ceiling.
+//   (ii) POST /orders throughput of bench:commands, one group of bars per runtime, with the reference ceiling.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -24,7 +24,7 @@ type CommandsResult = {
 };
 export type Summary = { startedAt?: string; quick?: boolean; machine?: Record<string, unknown>; results: Record<string, unknown> };
 
-/** DESIGN.md §10: Hono trivial zod POST per runtime — the ceiling variant (a) is compared against. */
+/** Reference ceilings (docs/architecture.md, "Numbers that size things"): Hono trivial zod POST per runtime, what variant (a) is compared against. */
 const CEILINGS: Record<string, number> = { node: 13_000, bun: 45_000, deno: 58_000 };
 const W = 1040;
 const MAX_NINES = 3.4;
@@ -132,7 +132,7 @@ function throughputPanel(cmd: CommandsResult | undefined, top: number): string {
     const lx = box.x + box.w + 20;
     out.push(`<rect x="${lx}" y="${ly - 10}" width="12" height="12" fill="${colors[vi % colors.length]}"/>`, text(lx + 18, ly, `(${v.key}) ${v.label}`, 'font-size="11"'));
   });
-  out.push(text(box.x + box.w + 20, box.y + 10 + cmd.variants.length * 26 + 8, '- - - DESIGN.md §10 ceiling (trivial zod POST)', 'font-size="11" fill="#333"'));
+  out.push(text(box.x + box.w + 20, box.y + 10 + cmd.variants.length * 26 + 8, '- - - reference ceiling (trivial zod POST)', 'font-size="11" fill="#333"'));
   return out.join('\n');
 }
 

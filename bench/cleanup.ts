@@ -11,7 +11,9 @@ import { createClient } from '@libsql/client';
 import { join } from 'node:path';
 import { migrateDatabase } from '../src/db/migrate.ts';
 import { prepareLocalDatabase } from '../src/db/open-database.ts';
-import { createTempDir, MIGRATIONS, orderBody } from '../test/support/db.ts';
+import { MIGRATIONS_FOLDER } from '../src/entry/boot.ts';
+import { createTempDir } from '../test/support/db.ts';
+import { orderBody } from '../test/support/example-orders.ts';
 import { runtimeCommand, type Runtime } from '../test/support/process.ts';
 import { startChild, startServer, stringArg, type Child } from './variants/launch.ts';
 import { describeMachine } from './variants/machine.ts';
@@ -30,7 +32,7 @@ const DAY_MS = 86_400_000;
 async function prefill(url: string, n: number): Promise<number> {
   const client = createClient({ url, timeout: 5000 });
   await prepareLocalDatabase(client);
-  await migrateDatabase(client, MIGRATIONS);
+  await migrateDatabase(client, MIGRATIONS_FOLDER);
   const at = Date.now() - 2 * DAY_MS;
   const payload = JSON.stringify({
     eventId: '00000000-0000-7000-8000-000000000000',

@@ -10,7 +10,8 @@
 // p50/p99 and the ratios c/b, c/d, c/a, e/c. No assertion on timings.
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
-import { createTempDir, orderBody } from '../test/support/db.ts';
+import { createTempDir } from '../test/support/db.ts';
+import { orderBody } from '../test/support/example-orders.ts';
 import { RUNTIMES, type Runtime } from '../test/support/process.ts';
 import { startServer, stringArg } from './variants/launch.ts';
 import { describeMachine } from './variants/machine.ts';

@@ -7,14 +7,16 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { headers } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
 import { loadavg } from 'node:os';
-import { reporting } from '../src/consumers/reporting/reporting.ts';
-import { createAppRegistry } from '../src/events/catalog.ts';
+import { registryOf } from '../src/compose/define-modules.ts';
+import { subscriberMigrationsFolder } from '../src/entry/boot.ts';
 import type { IntegrationEvent } from '../src/events/integration-event.ts';
 import { applyWithoutInbox } from '../src/inbox/without-inbox.ts';
 import { createUuidV7 } from '../src/ids.ts';
+import { modules } from '../src/modules.ts';
 import { ensureStream } from '../src/nats/ensure-stream.ts';
+import { reporting } from '../src/subscribers/reporting/subscriber.ts';
 import { createSubscriberDb, testRunner } from '../test/support/consumer.ts';
-import { TEST_STREAM } from '../test/support/relay.ts';
+import { TEST_STREAM } from '../test/support/stream.ts';
 import { numberArg, percentile, round, saveResult, startNats } from './support.ts';
 
 const M = numberArg('events', 20_000);
@@ -64,11 +66,12 @@ async function prePublish(url: string, stream: typeof TEST_STREAM, events: Integ
 
 /** Consumes the whole stream with a fresh durable consumer and database; returns events/s. */
 async function consumeAll(url: string, stream: typeof TEST_STREAM, name: string, withInbox: boolean): Promise<{ perSec: number; perCpuSec: number; check: number }> {
-  const sdb = await createSubscriberDb();
+  const sdb = await createSubscriberDb({ migrations: subscriberMigrationsFolder('reporting') });
   try {
     // Same decode and validation, same one-write-per-batch shape, handler in order: only the inbox claim is missing.
-    const withoutInbox = applyWithoutInbox(sdb.writer, createAppRegistry(), reporting.handle);
-    const runner = testRunner(sdb, url, { ...reporting, name }, stream, { batch: BATCH, ...(withInbox ? {} : { processBatch: withoutInbox }) });
+    const registry = registryOf(modules);
+    const withoutInbox = applyWithoutInbox(sdb.writer, registry, reporting.handle);
+    const runner = testRunner(sdb, url, { ...reporting, name }, stream, { registry, batch: BATCH, ...(withInbox ? {} : { processBatch: withoutInbox }) });
     const start = performance.now();
     const cpu0 = process.cpuUsage();
     const summary = await runner.run({ maxMessages: M, timeLimitMs: 600_000 });

@@ -16,7 +16,9 @@ import { createClient, type Client } from '@libsql/client';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { join } from 'node:path';
-import { createTempDir, orderBody } from '../test/support/db.ts';
+import { durableNameOf } from '../src/service-name.ts';
+import { createTempDir } from '../test/support/db.ts';
+import { orderBody } from '../test/support/example-orders.ts';
 import type { Runtime } from '../test/support/process.ts';
 import { startChild, startServer, stringArg, subscriberCommand, type Child } from './variants/launch.ts';
 import { describeMachine } from './variants/machine.ts';
@@ -113,7 +115,7 @@ async function main() {
     const jsm = await jetstreamManager(nc);
     const ready = await waitFor(async () => {
       try {
-        await jsm.consumers.info('EVENTS', SUBSCRIBER);
+        await jsm.consumers.info('HONO_OUTBOX', durableNameOf('hono-outbox', SUBSCRIBER));
         return true;
       } catch {
         return false;

@@ -3,24 +3,34 @@
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { headers } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
-import { placeOrder } from '../src/orders/place-order.ts';
+import { placeOrder } from '../src/contexts/orders/place-order.ts';
+import { createCommand } from '../src/http/command-route.ts';
 import { ensureStream } from '../src/nats/ensure-stream.ts';
 import { createRelay } from '../src/outbox/relay.ts';
 import { createInFlight } from '../src/outbox/in-flight.ts';
 import { eventHeaders } from '../src/outbox/event-headers.ts';
+import type { Deps } from '../src/deps.ts';
 import type { TestDb } from '../test/support/db.ts';
-import { relayDeps, TEST_STREAM } from '../test/support/relay.ts';
-import { orderBody } from '../test/support/db.ts';
-import { createTestDb, numberArg, percentile, round, saveResult, startNats } from './support.ts';
+import { orderBody } from '../test/support/example-orders.ts';
+import { relayDeps } from '../test/support/relay.ts';
+import { TEST_STREAM } from '../test/support/stream.ts';
+import { createServiceDb, numberArg, percentile, round, saveResult, startNats } from './support.ts';
 
 const N = numberArg('messages', 20_000);
 const RATE = numberArg('rate', 1000);
 const SECONDS = numberArg('seconds', 30);
 const IN_FLIGHT = 256;
 
+/** Places one order through the writer as POST /orders does; resolves with its id once committed. */
+async function placeOne(deps: Deps): Promise<string> {
+  const outcome = await deps.writer.write((tx) => placeOrder(tx, orderBody(), createCommand(tx, deps)));
+  if ('problem' in outcome) throw outcome.problem;
+  return (outcome.body as { orderId: string }).orderId;
+}
+
 async function fillOutbox(t: TestDb, n: number): Promise<void> {
   for (let done = 0; done < n; done += 500) {
-    await Promise.all(Array.from({ length: Math.min(500, n - done) }, () => t.deps.writer.write((tx) => placeOrder(tx, t.deps, orderBody() as never))));
+    await Promise.all(Array.from({ length: Math.min(500, n - done) }, () => placeOne(t.deps)));
   }
 }
 
@@ -48,7 +58,7 @@ async function main() {
   const nats = await startNats();
   try {
     // (b) first builds the rows; (a) publishes the very same payloads raw
-    const t = await createTestDb();
+    const t = await createServiceDb();
     await fillOutbox(t, N);
     const payloads = (await t.client.execute('SELECT payload FROM outbox ORDER BY seq')).rows.map((r) => String(r[0]));
     const avgBytes = Math.round(payloads.reduce((s, p) => s + p.length, 0) / payloads.length);
@@ -71,7 +81,7 @@ async function main() {
     t.close();
 
     // (c) steady command rate through the command handler, relay in the same process woken by each commit
-    const t2 = await createTestDb();
+    const t2 = await createServiceDb();
     const lagStream = { ...TEST_STREAM, name: 'LAG', prefix: 'lag', maxBytes: 2 * 1024 ** 3 };
     const committedAt = new Map<string, number>();
     const lags: number[] = [];
@@ -100,8 +110,8 @@ async function main() {
       const wait = due - performance.now();
       if (wait > 1) await new Promise((r) => setTimeout(r, wait));
       commands.push(
-        t2.deps.writer.write((tx) => placeOrder(tx, t2.deps, orderBody() as never)).then((order) => {
-          committedAt.set(order.id, performance.now());
+        placeOne(t2.deps).then((orderId) => {
+          committedAt.set(orderId, performance.now());
           t2.deps.outboxCommitted.notify();
         }),
       );

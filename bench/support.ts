@@ -1,9 +1,17 @@
 // Shared helpers for the benchmarks: a private nats-server, a temp database, percentiles, result files.
+// The benchmarks measure this service as users run it, the example context and subscribers included.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { MIGRATIONS_FOLDER } from '../src/entry/boot.ts';
+import { modules } from '../src/modules.ts';
+import { createTestDb, type TestDb } from '../test/support/db.ts';
 
 export { startNats } from '../test/support/nats.ts';
-export { createTestDb } from '../test/support/db.ts';
+
+/** A fresh, migrated database of this service (db/migrations) with Deps over its composition (src/modules.ts). */
+export function createServiceDb(): Promise<TestDb> {
+  return createTestDb({ modules, migrations: MIGRATIONS_FOLDER });
+}
 
 /** The p-th percentile (0–100) of `values` (nearest rank). */
 export function percentile(values: number[], p: number): number {

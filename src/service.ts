@@ -1,29 +1,23 @@
 import type { Client } from '@libsql/client';
 import type { Hono } from 'hono';
-import { createApp } from './app.ts';
 import type { Config } from './config.ts';
-import { createDatabase, type Database } from './db/open-database.ts';
-import { createWriter } from './db/writer.ts';
-import { createDeps, type Deps } from './deps.ts';
+import { createDatabase } from './db/open-database.ts';
+import type { Deps } from './deps.ts';
 import type { Logger } from './logger.ts';
-import { createMetrics, type Metrics } from './metrics/metrics.ts';
+import type { Metrics } from './metrics/metrics.ts';
 import type { ConnectNats } from './nats/connect.ts';
 import { kickSubject, streamSettingsFrom } from './nats/stream-settings.ts';
 import { createKicker } from './outbox/kicker.ts';
-import { compactOutbox } from './outbox/compact-outbox.ts';
-import { compactIdempotencyKeys } from './http/idempotency-retention.ts';
-import { compactPeriodically, HOURLY, type CompactionSchedule } from './ops/compaction.ts';
-import { createOutboxMetrics, registerOutboxGauges } from './outbox/outbox-metrics.ts';
-import { createRelay, type Relay, type RelayRunOptions } from './outbox/relay.ts';
+import { HOURLY, type CompactionSchedule } from './ops/compaction.ts';
+import type { Relay, RelayRunOptions } from './outbox/relay.ts';
 import type { RelayFaults } from './outbox/relay-pass.ts';
-import { relaySettingsFrom } from './outbox/relay-settings.ts';
-import { createOpsRoutes } from './ops/ops.routes.ts';
-import { durableNameOf } from './service-name.ts';
 import { createSignal } from './signal.ts';
-import { findSubscriber, registryOf, type Modules } from './compose/define-modules.ts';
-import { createConsumerRunner, type ConsumerFaults, type ConsumerRunner } from './inbox/consumer-runner.ts';
-import { assertSafeRetention, compactInboxPeriodically, retentionSettingsFrom } from './inbox/retention.ts';
-import { applyWithoutInbox } from './inbox/without-inbox.ts';
+import type { Modules } from './compose/define-modules.ts';
+import type { ConsumerFaults, ConsumerRunner } from './inbox/consumer-runner.ts';
+import { createApiRole } from './roles/api.ts';
+import { createConsumersRole, type ConsumersRole } from './roles/consumers.ts';
+import { createRelayRole, type RelayRole } from './roles/relay.ts';
+import { createRoleDeps, type Housekeeping } from './roles/shared.ts';
 
 export type ServiceIo = {
   /** The contexts, events and subscribers this service is made of (src/modules.ts, or a test's fixture). */
@@ -58,24 +52,19 @@ export type Service = {
   stop(): Promise<void>;
 };
 
-/** Wires the parts for the roles in `config`; the caller owns the client and serves `app.fetch`. */
+/** Wires the parts for the roles in `config` (see src/roles); the caller owns the client and serves `app.fetch`. */
 export async function createService(config: Config, io: ServiceIo): Promise<Service> {
-  const db = createDatabase(io.client);
-  const clock = io.clock ?? (() => new Date());
-  const metrics = createMetrics();
-  const outboxMetrics = createOutboxMetrics(metrics);
-  registerOutboxGauges(metrics, db, clock);
-  const relayWake = createSignal();
   const roles = new Set(config.ROLES);
-  const stream = streamSettingsFrom(config);
-
+  const relayWake = createSignal();
+  // Commits wake the relay of this process, or, with none here, the relays of other processes over NATS.
   const kicker =
     roles.has('api') && !roles.has('relay') && io.connect
-      ? createKicker({ connect: io.connect, subject: kickSubject(stream.name), log: io.log, maxBackoffMs: config.RELAY_MAX_BACKOFF_MS })
+      ? createKicker({ connect: io.connect, subject: kickSubject(streamSettingsFrom(config).name), log: io.log, maxBackoffMs: config.RELAY_MAX_BACKOFF_MS })
       : undefined;
-
-  const deps = createDeps(db, io.log, registryOf(io.modules), {
-    clock,
+  const shared = createRoleDeps(createDatabase(io.client), {
+    modules: io.modules,
+    log: io.log,
+    ...(io.clock ? { clock: io.clock } : {}),
     outboxCommitted: {
       notify() {
         relayWake.notify();
@@ -85,96 +74,38 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
     },
   });
 
-  const stop = new AbortController();
-  const background: Promise<void>[] = [];
-  // Compaction timers run until stop, outside `background`: a bounded relay run ends its process without them.
-  const housekeeping: Promise<void>[] = [];
-  const schedule = io.compactionSchedule ?? HOURLY;
-  if (roles.has('api')) {
-    const forget = (signal: AbortSignal) => compactIdempotencyKeys({ writer: deps.writer, clock }, { olderThanMs: config.IDEMPOTENCY_RETENTION, signal });
-    housekeeping.push(compactPeriodically('idempotency keys', forget, { log: io.log }, schedule, stop.signal));
-  }
-  let relay: Relay | undefined;
+  let relayRole: RelayRole | undefined;
   if (roles.has('relay')) {
     if (!io.connect) throw new Error('the relay role needs a NATS transport');
-    relay = createRelay({
-      db,
-      writer: deps.writer,
-      registry: deps.registry,
-      clock,
-      log: io.log,
-      metrics: outboxMetrics,
-      connect: io.connect,
-      stream,
-      wake: relayWake,
-      pollMs: config.RELAY_POLL_MS,
-      settings: relaySettingsFrom(config, stream),
-      ...(io.relayFaults ? { faults: io.relayFaults } : {}),
-    });
-    background.push(relay.run({ ...io.relayRun, signal: stop.signal }).then(() => undefined));
-    const compact = (signal: AbortSignal) => compactOutbox(deps, { cutoffMs: clock().getTime() - config.OUTBOX_RETENTION, signal });
-    housekeeping.push(compactPeriodically('outbox', compact, { log: io.log }, schedule, stop.signal));
+    relayRole = createRelayRole(config, shared, { connect: io.connect, wake: relayWake, faults: io.relayFaults });
   }
-
-  const consumers: ConsumerRunner[] = [];
-  const subscriberClients: Client[] = [];
-  const subscriberRoutes: Array<{ basePath: string; routes: Hono<any, any, any> }> = [];
+  let consumersRole: ConsumersRole | undefined;
   if (roles.has('consumers')) {
     if (!io.connect || !io.openSubscriberDb) throw new Error('the consumers role needs a NATS transport and subscriber databases');
-    const names = config.CONSUMERS ?? io.modules.subscribers.map((s) => s.name);
-    const nakMaxMs = config.RELAY_MAX_BACKOFF_MS;
-    assertSafeRetention({ retentionMs: config.INBOX_RETENTION_DAYS * 86_400_000, ...retentionSettingsFrom(config) });
-    for (const name of names) {
-      const subscriber = findSubscriber(io.modules, name);
-      const client = await io.openSubscriberDb(name);
-      subscriberClients.push(client);
-      const subscriberDb = createDatabase(client);
-      if (subscriber.routes) subscriberRoutes.push({ basePath: subscriber.basePath ?? `/${subscriber.name}`, routes: subscriber.routes(subscriberDb) });
-      const writer = createWriter(subscriberDb, { maxGroup: config.CONSUMER_BATCH });
-      const runner = createConsumerRunner({
-        ...subscriber,
-        durableName: durableNameOf(config.SERVICE_NAME, subscriber.name),
-        db: subscriberDb,
-        writer,
-        ...(io.brokenNoInbox ? { processBatch: applyWithoutInbox(writer, deps.registry, subscriber.handle) } : {}),
-        registry: deps.registry,
-        log: io.log,
-        metrics,
-        connect: io.connect,
-        stream,
-        clock,
-        ackWaitMs: config.CONSUMER_ACK_WAIT_MS,
-        maxDeliver: config.CONSUMER_MAX_DELIVER,
-        batch: config.CONSUMER_BATCH,
-        maxNakDelayMs: nakMaxMs,
-        backoffBaseMs: config.RELAY_BACKOFF_BASE_MS,
-        maxBackoffMs: config.RELAY_MAX_BACKOFF_MS,
-        ...(io.consumerFaults ? { faults: io.consumerFaults } : {}),
-      });
-      consumers.push(runner);
-      background.push(runner.run({ signal: stop.signal }).then(() => undefined));
-      housekeeping.push(compactInboxPeriodically({ writer, clock, log: io.log, name }, config.INBOX_RETENTION_DAYS * 86_400_000, stop.signal, schedule));
-    }
+    consumersRole = await createConsumersRole(config, shared, { connect: io.connect, openSubscriberDb: io.openSubscriberDb, faults: io.consumerFaults, brokenNoInbox: io.brokenNoInbox });
   }
-
-  const app = createApp(deps, {
-    service: config.SERVICE_NAME,
-    contexts: io.modules.contexts,
-    api: roles.has('api'),
+  const relay = relayRole?.relay;
+  const consumers = consumersRole?.runners ?? [];
+  const api = createApiRole(config, shared, {
     readiness: () => ({
       nats: relay ? relay.state() : consumers[0]?.state() ?? 'not used by this process',
       ...Object.fromEntries(consumers.flatMap((c) => [[`consumer:${c.name}`, c.state()], [`consumer:${c.name}:database`, c.databaseState()]])),
     }),
-    extend: (a) => {
-      a.route('/', createOpsRoutes({ db, clock, metrics, adminToken: config.ADMIN_TOKEN, outboxCommitted: deps.outboxCommitted, writer: deps.writer }));
-      for (const r of subscriberRoutes) a.route(r.basePath, r.routes);
-    },
+    routes: consumersRole?.routes ?? [],
   });
 
+  const stop = new AbortController();
+  const background: Promise<void>[] = [];
+  if (relay) background.push(relay.run({ ...io.relayRun, signal: stop.signal }).then(() => undefined));
+  for (const runner of consumers) background.push(runner.run({ signal: stop.signal }).then(() => undefined));
+  // Compaction timers run until stop, outside `background`: a bounded relay run ends its process without them.
+  const schedule = io.compactionSchedule ?? HOURLY;
+  const housekeeping = [api, relayRole, consumersRole].flatMap((role): Housekeeping[] => role?.housekeeping ?? []).map((h) => h(schedule, stop.signal));
+
   return {
-    deps,
-    metrics,
-    app,
+    deps: shared.deps,
+    metrics: shared.metrics,
+    app: api.app,
     ...(relay ? { relay } : {}),
     consumers,
     background: Promise.all(background).then(() => undefined),
@@ -182,9 +113,8 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
       stop.abort();
       await Promise.allSettled([...background, ...housekeeping]);
       await kicker?.close();
-      await deps.writer.idle();
-      await Promise.all(consumers.map((c) => c.inbox.writer.idle()));
-      subscriberClients.forEach((c) => c.close());
+      await shared.deps.writer.idle();
+      await consumersRole?.close();
     },
   };
 }

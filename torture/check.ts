@@ -1,20 +1,23 @@
 import { createClient } from '@libsql/client';
-import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
-import type { LedgerEntry } from './load.ts';
+import { readStream } from '../test/support/stream.ts';
+import { commandOfKey, type LedgerEntry } from './load.ts';
 
 export type CheckInput = {
   apiDbUrl: string;
-  subscriberDbUrls: { reporting: string; notifications: string };
+  /** The fixture's subscribers' databases: `balances` (owner_balances) and `audit` (audit_log). */
+  subscriberDbUrls: { balances: string; audit: string };
   natsUrl: string;
   stream: string;
+  /** The stream's subject prefix: an event of account `id` is published on `<prefix>.account.<id>`. */
+  prefix: string;
   ledger: LedgerEntry[];
   /**
-   * Orders whose placed event is a deliberate poison row (larger than the stream accepts): it must end parked
-   * (`failed`), every later event of the order still `pending` behind it, and none of them on the stream or
+   * Accounts whose opened event is a deliberate poison row (larger than the stream accepts): it must end parked
+   * (`failed`), every later event of the account still `pending` behind it, and none of them on the stream or
    * applied by a subscriber.
    */
-  parkedOrders?: string[];
+  parkedAccounts?: string[];
 };
 
 export type CheckReport = {
@@ -35,7 +38,13 @@ export type CheckReport = {
   violations: string[];
 };
 
-type StreamEvent = { seq: number; msgId: string; subject: string; eventId: string; type: string; aggregateId: string; aggregateVersion: number };
+type StreamEvent = { seq: number; msgId: string; subject: string; eventId: string; aggregateId: string; aggregateVersion: number };
+type OutboxRow = { seq: number; id: string; aggregateId: string; type: string; status: string; version: number; amountCents: number };
+type Account = { owner: string; status: string; balance: number; version: number };
+
+const OPENED = 'account.opened.v1';
+const CREDITED = 'account.credited.v1';
+const CLOSED = 'account.closed.v1';
 
 async function readAll(url: string, sql: string) {
   const c = createClient({ url });
@@ -49,46 +58,53 @@ async function readAll(url: string, sql: string) {
 async function readStreamEvents(natsUrl: string, stream: string): Promise<StreamEvent[]> {
   const nc = await connect({ servers: [natsUrl] });
   try {
-    const jsm = await jetstreamManager(nc);
-    const info = await jsm.streams.info(stream);
-    const out: StreamEvent[] = [];
-    for (let seq = info.state.first_seq; info.state.messages > 0 && seq <= info.state.last_seq; seq++) {
-      const m = await jsm.streams.getMessage(stream, { seq }).catch(() => null);
-      if (!m) continue;
-      const e = m.json<{ eventId: string; type: string; aggregateId: string; aggregateVersion: number }>();
-      out.push({ seq: m.seq, msgId: m.header?.get('Nats-Msg-Id') ?? '', subject: m.subject, eventId: e.eventId, type: e.type, aggregateId: e.aggregateId, aggregateVersion: e.aggregateVersion });
-    }
-    return out;
+    return (await readStream(nc, stream)).map((m) => ({ seq: m.seq, msgId: m.headers['Nats-Msg-Id'] ?? '', subject: m.subject, eventId: m.event.eventId, aggregateId: m.event.aggregateId, aggregateVersion: m.event.aggregateVersion }));
   } finally {
     await nc.close();
   }
 }
 
+/** Groups `items` by `key`, keeping their order. */
+function groupBy<T>(items: Iterable<T>, key: (item: T) => string): Map<string, T[]> {
+  const out = new Map<string, T[]>();
+  for (const item of items) {
+    const k = key(item);
+    const list = out.get(k);
+    if (list) list.push(item);
+    else out.set(k, [item]);
+  }
+  return out;
+}
+
 /**
- * Checks the end state against the ledger: every acknowledged command is wholly present, every unknown one is
- * wholly present or wholly absent, every committed event is in the stream once and applied once per
- * subscriber, nothing exists that no committed command explains, and per-aggregate stream order follows
- * commit order.
+ * Checks the end state of a torture run on the fixture's accounts against the ledger: every acknowledged command
+ * is wholly present, every unknown one wholly present or wholly absent (each balance is the sum of its committed
+ * deposits), every committed event is in the stream once and applied once per subscriber, nothing exists that no
+ * committed command explains, per-aggregate order holds in the outbox, the stream (aggregateVersion increasing per
+ * subject) and the audit log, and the balances read model equals what the accounts table implies.
  */
 export async function checkRun(input: CheckInput): Promise<CheckReport> {
   const violations: string[] = [];
+  const counts: CheckReport['counts'] = {
+    acknowledged: 0, rejected: 0, unknownPresent: 0, unknownAbsent: 0, lost: 0, duplicatedEffects: 0, phantoms: 0, orderViolations: 0, pendingOutbox: 0, failedOutbox: 0, inboxGaps: 0, deadLetters: 0,
+  };
   const v = (kind: keyof CheckReport['counts'], msg: string) => {
     counts[kind]++;
     if (violations.length < 50) violations.push(`${kind}: ${msg}`);
   };
-  const counts: CheckReport['counts'] = {
-    acknowledged: 0, rejected: 0, unknownPresent: 0, unknownAbsent: 0, lost: 0, duplicatedEffects: 0, phantoms: 0, orderViolations: 0, pendingOutbox: 0, failedOutbox: 0, inboxGaps: 0, deadLetters: 0,
-  };
 
-  const orders = new Map((await readAll(input.apiDbUrl, 'SELECT id, customer_id, status, total_cents FROM orders')).map((r) => [String(r.id), { customer: String(r.customer_id), status: String(r.status), total: Number(r.total_cents) }]));
-  const outbox = (await readAll(input.apiDbUrl, 'SELECT seq, id, aggregate_id, message_type, status FROM outbox ORDER BY seq')).map((r) => ({ seq: Number(r.seq), id: String(r.id), aggregateId: String(r.aggregate_id), type: String(r.message_type), status: String(r.status) }));
-  const keys = new Map((await readAll(input.apiDbUrl, 'SELECT key, response_body FROM idempotency_keys')).map((r) => [String(r.key), JSON.parse(String(r.response_body)) as { orderId?: string; status?: string }]));
+  const accounts = new Map((await readAll(input.apiDbUrl, 'SELECT id, owner, status, balance_cents, version FROM accounts')).map((r) => [String(r.id), { owner: String(r.owner), status: String(r.status), balance: Number(r.balance_cents), version: Number(r.version) } satisfies Account]));
+  const outbox: OutboxRow[] = (await readAll(input.apiDbUrl, 'SELECT seq, id, aggregate_id, message_type, status, payload FROM outbox ORDER BY seq')).map((r) => {
+    const e = JSON.parse(String(r.payload)) as { aggregateVersion: number; data: { amountCents?: number } };
+    return { seq: Number(r.seq), id: String(r.id), aggregateId: String(r.aggregate_id), type: String(r.message_type), status: String(r.status), version: e.aggregateVersion, amountCents: e.data.amountCents ?? 0 };
+  });
+  const keys = new Map((await readAll(input.apiDbUrl, 'SELECT key, response_body FROM idempotency_keys')).map((r) => [String(r.key), JSON.parse(String(r.response_body)) as { accountId?: string }]));
   const stream = await readStreamEvents(input.natsUrl, input.stream);
 
-  const parked = new Set(input.parkedOrders ?? []);
+  const parked = new Set(input.parkedAccounts ?? []);
   for (const id of parked) {
     const rows = outbox.filter((r) => r.aggregateId === id).map((r) => r.status);
-    if (rows[0] !== 'failed' || rows.slice(1).some((s) => s !== 'pending')) v('orderViolations', `poison order ${id}: outbox statuses [${rows.join(', ')}], expected failed then pending`);
+    if (rows[0] !== 'failed' || rows.length < 2 || rows.slice(1).some((s) => s !== 'pending')) v('orderViolations', `poison account ${id}: outbox statuses [${rows.join(', ')}], expected failed then pending`);
   }
   counts.pendingOutbox = outbox.filter((r) => r.status === 'pending' && !parked.has(r.aggregateId)).length;
   counts.failedOutbox = outbox.filter((r) => r.status === 'failed' && !parked.has(r.aggregateId)).length;
@@ -96,13 +112,15 @@ export async function checkRun(input: CheckInput): Promise<CheckReport> {
   if (counts.failedOutbox) violations.push(`outbox: ${counts.failedOutbox} rows failed`);
 
   // ledger: acknowledged, rejected, unknown → present / absent
+  const requests = new Map<string, LedgerEntry>();
   for (const e of input.ledger) {
+    if (!requests.has(e.key)) requests.set(e.key, e);
     if (e.outcome === 'ack') counts.acknowledged++;
     else if (e.outcome === 'rejected') counts.rejected++;
     const stored = keys.get(e.key);
     if (e.outcome === 'ack' && !stored) v('lost', `acknowledged ${e.kind} #${e.n} (${e.key}) has no committed key row`);
-    if (e.outcome === 'ack' && e.path === '/orders' && e.orderId && !orders.has(e.orderId)) v('lost', `acknowledged order ${e.orderId} is missing`);
-    if (e.outcome === 'ack' && e.path.endsWith('/cancel') && e.orderId && orders.get(e.orderId)?.status !== 'cancelled') v('lost', `acknowledged cancel of ${e.orderId} is not applied`);
+    if (e.outcome === 'ack' && e.kind === 'open' && e.accountId && !accounts.has(e.accountId)) v('lost', `acknowledged account ${e.accountId} is missing`);
+    if (e.outcome === 'ack' && e.kind === 'close' && e.accountId && accounts.get(e.accountId)?.status !== 'closed') v('lost', `acknowledged close of ${e.accountId} is not applied`);
     if (e.outcome === 'rejected' && e.kind !== 'retry' && stored) v('phantoms', `rejected ${e.kind} #${e.n} has a committed key row`);
     if (e.outcome === 'unknown') {
       if (stored) counts.unknownPresent++;
@@ -110,81 +128,123 @@ export async function checkRun(input: CheckInput): Promise<CheckReport> {
     }
   }
 
-  // every order is explained by exactly one committed place request; every cancelled order by a cancel
-  const orderKeys = new Map<string, number>();
-  for (const [key, body] of keys) if (key.startsWith('place-') && body.orderId) orderKeys.set(body.orderId, (orderKeys.get(body.orderId) ?? 0) + 1);
-  for (const id of orders.keys()) if (orderKeys.get(id) !== 1) v('phantoms', `order ${id} is explained by ${orderKeys.get(id) ?? 0} committed place requests`);
-  for (const id of orderKeys.keys()) if (!orders.has(id)) v('lost', `committed place request names order ${id}, which is missing`);
-
-  // outbox: exactly one placed event per order, one cancelled event per cancelled order, nothing else
-  const eventsByOrder = new Map<string, typeof outbox>();
-  for (const r of outbox) eventsByOrder.set(r.aggregateId, [...(eventsByOrder.get(r.aggregateId) ?? []), r]);
-  for (const [id, o] of orders) {
-    const evs = eventsByOrder.get(id) ?? [];
-    const expected = o.status === 'cancelled' ? ['order.placed.v1', 'order.cancelled.v1'] : ['order.placed.v1'];
-    if (evs.map((e) => e.type).join() !== expected.join()) v(evs.length > expected.length ? 'phantoms' : 'lost', `order ${id} (${o.status}) has outbox events [${evs.map((e) => e.type).join(', ')}]`);
+  // what the committed commands imply per account: its opening, its deposits (amounts from the ledger), its closing
+  type Implied = { opens: number; deposits: number; cents: number; closes: number };
+  const implied = new Map<string, Implied>();
+  const of = (id: string) => implied.get(id) ?? (implied.set(id, { opens: 0, deposits: 0, cents: 0, closes: 0 }).get(id)!);
+  for (const [key, body] of keys) {
+    const kind = commandOfKey(key);
+    const request = requests.get(key);
+    if (!kind || !request) {
+      v('phantoms', `committed key ${key} was never sent`);
+      continue;
+    }
+    const id = kind === 'open' ? body.accountId : request.accountId;
+    if (!id) continue;
+    const a = of(id);
+    if (kind === 'open') a.opens++;
+    if (kind === 'close') a.closes++;
+    if (kind === 'deposit') {
+      a.deposits++;
+      a.cents += (JSON.parse(request.body) as { amountCents: number }).amountCents;
+    }
   }
-  for (const id of eventsByOrder.keys()) if (!orders.has(id)) v('phantoms', `outbox events for unknown order ${id}`);
+  for (const [id, a] of accounts) {
+    if (parked.has(id)) continue;
+    const want = implied.get(id) ?? { opens: 0, deposits: 0, cents: 0, closes: 0 };
+    if (want.opens !== 1) v('phantoms', `account ${id} is explained by ${want.opens} committed open requests`);
+    if (want.closes !== (a.status === 'closed' ? 1 : 0)) v(want.closes > 1 || a.status === 'closed' ? 'phantoms' : 'lost', `account ${id} (${a.status}) has ${want.closes} committed close requests`);
+    if (a.balance !== want.cents) v(a.balance < want.cents ? 'lost' : 'duplicatedEffects', `account ${id} holds ${a.balance} cents, its ${want.deposits} committed deposits add up to ${want.cents}`);
+    if (a.version !== 1 + want.deposits + want.closes) v('phantoms', `account ${id} is at version ${a.version} after ${want.deposits} deposits and ${want.closes} closes`);
+  }
+  for (const [id, a] of implied) if (a.opens > 0 && !accounts.has(id)) v('lost', `committed open request names account ${id}, which is missing`);
 
-  // stream: one copy per outbox row, nothing else; per aggregate in commit order
-  const outboxIds = new Set(outbox.map((r) => r.id));
+  // outbox: per account opened, one credited per committed deposit, closed if closed; versions 1..n in commit order
+  const eventsByAccount = groupBy(outbox, (r) => r.aggregateId);
+  for (const [id, a] of accounts) {
+    const evs = eventsByAccount.get(id) ?? [];
+    const deposits = parked.has(id) ? evs.filter((e) => e.type === CREDITED).length : (implied.get(id)?.deposits ?? 0);
+    const expected = [OPENED, ...Array<string>(deposits).fill(CREDITED), ...(a.status === 'closed' ? [CLOSED] : [])];
+    if (evs.map((e) => e.type).join() !== expected.join()) v(evs.length > expected.length ? 'phantoms' : 'lost', `account ${id} (${a.status}) has outbox events [${evs.map((e) => e.type).join(', ')}]`);
+    if (evs.some((e, i) => e.version !== i + 1)) v('orderViolations', `account ${id}: outbox versions [${evs.map((e) => e.version).join(', ')}] in commit order`);
+    const credited = evs.reduce((s, e) => s + e.amountCents, 0);
+    if (!parked.has(id) && credited !== a.balance) v('lost', `account ${id}: credited events add up to ${credited} cents, its balance is ${a.balance}`);
+  }
+  for (const id of eventsByAccount.keys()) if (!accounts.has(id)) v('phantoms', `outbox events for unknown account ${id}`);
+
+  // stream: one copy per outbox row, on its account's subject, nothing else; per subject in aggregate order
+  const outboxById = new Map(outbox.map((r) => [r.id, r]));
   const seen = new Map<string, number>();
   for (const m of stream) {
     seen.set(m.msgId, (seen.get(m.msgId) ?? 0) + 1);
-    if (!outboxIds.has(m.msgId) || m.msgId !== m.eventId) v('phantoms', `stream message ${m.seq} (${m.msgId}) has no outbox row`);
+    const row = outboxById.get(m.msgId);
+    if (!row || m.msgId !== m.eventId) v('phantoms', `stream message ${m.seq} (${m.msgId}) has no outbox row`);
+    else if (m.subject !== `${input.prefix}.account.${row.aggregateId}`) v('phantoms', `stream message ${m.seq} (${m.msgId}) is on ${m.subject}`);
   }
   for (const [id, n] of seen) if (n > 1) v('duplicatedEffects', `event ${id} is ${n} times in the stream`);
   for (const r of outbox) {
     if (parked.has(r.aggregateId)) {
-      if (seen.has(r.id)) v('orderViolations', `event ${r.id} (${r.type}) of poison order ${r.aggregateId} reached the stream`);
+      if (seen.has(r.id)) v('orderViolations', `event ${r.id} (${r.type}) of poison account ${r.aggregateId} reached the stream`);
     } else if (!seen.has(r.id)) v('lost', `outbox row ${r.id} (${r.type}) is not in the stream`);
   }
   const lastVersion = new Map<string, number>();
   for (const m of stream) {
-    const prev = lastVersion.get(m.aggregateId) ?? 0;
-    if (m.aggregateVersion <= prev) v('orderViolations', `aggregate ${m.aggregateId}: version ${m.aggregateVersion} after ${prev} in the stream`);
-    lastVersion.set(m.aggregateId, Math.max(prev, m.aggregateVersion));
+    const prev = lastVersion.get(m.subject) ?? 0;
+    if (m.aggregateVersion <= prev) v('orderViolations', `${m.subject}: version ${m.aggregateVersion} after ${prev} in the stream`);
+    lastVersion.set(m.subject, Math.max(prev, m.aggregateVersion));
   }
 
-  // subscribers: inbox == outbox ids, effects agree, no dead letters
+  // subscribers: inbox == outbox ids (but the parked account's), no dead letters
+  const expectedIds = outbox.filter((r) => !parked.has(r.aggregateId)).map((r) => r.id);
   for (const [name, url] of Object.entries(input.subscriberDbUrls)) {
     const inbox = new Set((await readAll(url, `SELECT event_id FROM inbox WHERE consumer = '${name}'`)).map((r) => String(r.event_id)));
-    for (const r of outbox) if (!parked.has(r.aggregateId) && !inbox.has(r.id)) v('inboxGaps', `${name} has no inbox row for event ${r.id}`);
-    for (const id of inbox) if (!outboxIds.has(id)) v('phantoms', `${name} applied unknown event ${id}`);
+    for (const id of expectedIds) if (!inbox.has(id)) v('inboxGaps', `${name} has no inbox row for event ${id}`);
+    for (const id of inbox) {
+      const row = outboxById.get(id);
+      if (!row) v('phantoms', `${name} applied unknown event ${id}`);
+      else if (parked.has(row.aggregateId)) v('orderViolations', `${name} applied event ${id} of poison account ${row.aggregateId}`);
+    }
     const dead = await readAll(url, 'SELECT event_id, error FROM dead_letters');
     counts.deadLetters += dead.length;
     for (const d of dead) violations.push(`dead letter in ${name}: ${String(d.event_id)} ${String(d.error).slice(0, 120)}`);
   }
 
-  const emails = new Map<string, number>();
-  for (const r of await readAll(input.subscriberDbUrls.notifications, 'SELECT order_id FROM notification_emails')) emails.set(String(r.order_id), (emails.get(String(r.order_id)) ?? 0) + 1);
-  for (const id of orders.keys()) {
-    const n = emails.get(id) ?? 0;
-    if (parked.has(id)) {
-      if (n > 0) v('orderViolations', `poison order ${id} has a notification email`);
-      continue;
-    }
-    if (n === 0) v('lost', `order ${id} has no notification email`);
-    if (n > 1) v('duplicatedEffects', `order ${id} has ${n} notification emails`);
+  // audit: one row per applied event, and per account in version order
+  const audit = (await readAll(input.subscriberDbUrls.audit, 'SELECT event_id, account_id, aggregate_version FROM audit_log ORDER BY n')).map((r) => ({ eventId: String(r.event_id), accountId: String(r.account_id), version: Number(r.aggregate_version) }));
+  const auditRows = groupBy(audit, (r) => r.eventId);
+  for (const id of expectedIds) {
+    const n = auditRows.get(id)?.length ?? 0;
+    if (n === 0) v('lost', `event ${id} has no audit row`);
+    if (n > 1) v('duplicatedEffects', `event ${id} has ${n} audit rows`);
   }
-  for (const id of emails.keys()) if (!orders.has(id)) v('phantoms', `email for unknown order ${id}`);
+  for (const id of auditRows.keys()) {
+    const row = outboxById.get(id);
+    if (!row) v('phantoms', `audit row for unknown event ${id}`);
+    else if (parked.has(row.aggregateId)) v('orderViolations', `audit row for event ${id} of poison account ${row.aggregateId}`);
+  }
+  for (const [id, rows] of groupBy(audit, (r) => r.accountId)) {
+    if (rows.some((r, i) => i > 0 && r.version <= rows[i - 1]!.version)) v('orderViolations', `account ${id}: audited versions [${rows.map((r) => r.version).join(', ')}] in applied order`);
+  }
 
-  const expected = new Map<string, { placed: number; cancelled: number; total: number }>();
-  for (const [id, o] of orders) {
+  // balances: per owner, what the accounts table implies
+  type Counters = { opened: number; closed: number; credited: number };
+  const expected = new Map<string, Counters>();
+  for (const [id, a] of accounts) {
     if (parked.has(id)) continue;
-    const e = expected.get(o.customer) ?? { placed: 0, cancelled: 0, total: 0 };
-    e.placed++;
-    if (o.status === 'cancelled') e.cancelled++;
-    else e.total += o.total;
-    expected.set(o.customer, e);
+    const e = expected.get(a.owner) ?? { opened: 0, closed: 0, credited: 0 };
+    e.opened++;
+    if (a.status === 'closed') e.closed++;
+    e.credited += a.balance;
+    expected.set(a.owner, e);
   }
-  const reports = new Map((await readAll(input.subscriberDbUrls.reporting, 'SELECT customer_id, orders_placed, orders_cancelled, total_cents FROM customer_reports')).map((r) => [String(r.customer_id), { placed: Number(r.orders_placed), cancelled: Number(r.orders_cancelled), total: Number(r.total_cents) }]));
-  for (const customer of new Set([...expected.keys(), ...reports.keys()])) {
-    const want = expected.get(customer) ?? { placed: 0, cancelled: 0, total: 0 };
-    const got = reports.get(customer) ?? { placed: 0, cancelled: 0, total: 0 };
-    if (got.placed !== want.placed || got.cancelled !== want.cancelled || got.total !== want.total) {
-      const kind = got.placed > want.placed || got.cancelled > want.cancelled ? 'duplicatedEffects' : got.placed < want.placed || got.cancelled < want.cancelled ? 'lost' : 'phantoms';
-      v(kind, `report of ${customer}: ${JSON.stringify(got)}, orders imply ${JSON.stringify(want)}`);
+  const balances = new Map((await readAll(input.subscriberDbUrls.balances, 'SELECT owner, accounts_opened, accounts_closed, credited_cents FROM owner_balances')).map((r) => [String(r.owner), { opened: Number(r.accounts_opened), closed: Number(r.accounts_closed), credited: Number(r.credited_cents) } satisfies Counters]));
+  const zero: Counters = { opened: 0, closed: 0, credited: 0 };
+  for (const owner of new Set([...expected.keys(), ...balances.keys()])) {
+    const want = expected.get(owner) ?? zero;
+    const got = balances.get(owner) ?? zero;
+    if (got.opened !== want.opened || got.closed !== want.closed || got.credited !== want.credited) {
+      const kind = got.opened > want.opened || got.closed > want.closed || got.credited > want.credited ? 'duplicatedEffects' : 'lost';
+      v(kind, `balances of ${owner}: ${JSON.stringify(got)}, accounts imply ${JSON.stringify(want)}`);
     }
   }
   return { counts, violations };

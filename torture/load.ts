@@ -1,16 +1,18 @@
-import { createRandom } from './prng.ts';
+import { createRandom } from '../test/support/random.ts';
 
 export type Outcome = 'ack' | 'rejected' | 'unknown';
+/** The fixture's commands: POST /accounts, POST /accounts/:id/deposit, POST /accounts/:id/close, or a retry of one. */
+export type CommandKind = 'open' | 'deposit' | 'close';
 export type LedgerEntry = {
   n: number;
-  kind: 'place' | 'cancel' | 'retry';
+  kind: CommandKind | 'retry';
   /** Idempotency-Key sent with the request; every request carries one, so an unknown outcome can be resolved. */
   key: string;
   path: string;
   body: string;
   outcome: Outcome;
   status?: number;
-  orderId?: string;
+  accountId?: string;
   error?: string;
 };
 
@@ -26,7 +28,7 @@ export type LoadOptions = {
   requestTimeoutMs?: number;
 };
 
-const CUSTOMERS = 25;
+const OWNERS = 25;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** True when the request never reached a server (nothing listened): it cannot have had an effect. */
@@ -35,15 +37,22 @@ function neverSent(error: unknown): boolean {
   return code === 'ECONNREFUSED';
 }
 
+/** The command of an Idempotency-Key (`open-…`, `deposit-…`, `close-…`); retries reuse the key of what they retry. */
+export function commandOfKey(key: string): CommandKind | undefined {
+  const kind = key.slice(0, key.indexOf('-'));
+  return kind === 'open' || kind === 'deposit' || kind === 'close' ? kind : undefined;
+}
+
 /**
- * Sends `commands` HTTP commands (place 70 %, cancel 20 %, retry of an earlier request with the same
- * Idempotency-Key 10 %) with `concurrency` workers at about `rate` per second, and records each in a ledger:
- * acknowledged (2xx), rejected (4xx) or unknown (the connection broke or timed out: a process died).
- * A connection refused before sending is retried: it had no effect.
+ * Sends `commands` HTTP commands to the fixture's accounts (open 35 %, deposit 45 %, close 10 %, retry of an
+ * earlier request with the same Idempotency-Key 10 %) with `concurrency` workers at about `rate` per second, and
+ * records each in a ledger: acknowledged (2xx), rejected (4xx: e.g. a deposit to a closed account) or unknown
+ * (the connection broke or timed out: a process died). A connection refused before sending is retried: it had no
+ * effect.
  */
 export async function runLoad(o: LoadOptions): Promise<LedgerEntry[]> {
   const ledger: LedgerEntry[] = [];
-  const placed: string[] = [];
+  const opened: string[] = [];
   let next = 0;
   const started = performance.now();
 
@@ -65,8 +74,8 @@ export async function runLoad(o: LoadOptions): Promise<LedgerEntry[]> {
           }
           return { ...entry, outcome: 'unknown', status: res.status, error: text.slice(0, 200) };
         }
-        const body = res.status < 300 ? (JSON.parse(text) as { orderId?: string }) : undefined;
-        return { ...entry, outcome: res.status < 300 ? 'ack' : 'rejected', status: res.status, ...(body?.orderId ? { orderId: body.orderId } : {}) };
+        const body = res.status < 300 ? (JSON.parse(text) as { accountId?: string }) : undefined;
+        return { ...entry, outcome: res.status < 300 ? 'ack' : 'rejected', status: res.status, ...(body?.accountId ? { accountId: body.accountId } : {}) };
       } catch (error) {
         if (neverSent(error) && tries < 600) {
           await sleep(50);
@@ -88,19 +97,21 @@ export async function runLoad(o: LoadOptions): Promise<LedgerEntry[]> {
       const rnd = createRandom(o.seed * 1_000_003 + n);
       const roll = rnd.next();
       let entry: Omit<LedgerEntry, 'outcome'>;
-      if (roll < 0.2 && placed.length > 0) {
-        const orderId = rnd.pick(placed);
-        entry = { n, kind: 'cancel', key: `cancel-${o.seed}-${n}`, path: `/orders/${orderId}/cancel`, body: JSON.stringify({ reason: `torture ${n}` }), orderId };
-      } else if (roll < 0.3 && ledger.length > 0) {
+      if (roll < 0.1 && ledger.length > 0) {
         const earlier = rnd.pick(ledger);
-        entry = { n, kind: 'retry', key: earlier.key, path: earlier.path, body: earlier.body, ...(earlier.orderId ? { orderId: earlier.orderId } : {}) };
+        entry = { n, kind: 'retry', key: earlier.key, path: earlier.path, body: earlier.body, ...(earlier.accountId ? { accountId: earlier.accountId } : {}) };
+      } else if (roll < 0.2 && opened.length > 0) {
+        const accountId = rnd.pick(opened);
+        entry = { n, kind: 'close', key: `close-${o.seed}-${n}`, path: `/accounts/${accountId}/close`, body: '{}', accountId };
+      } else if (roll < 0.65 && opened.length > 0) {
+        const accountId = rnd.pick(opened);
+        entry = { n, kind: 'deposit', key: `deposit-${o.seed}-${n}`, path: `/accounts/${accountId}/deposit`, body: JSON.stringify({ amountCents: rnd.int(1, 20_000) }), accountId };
       } else {
-        const items = Array.from({ length: rnd.int(1, 3) }, (_, i) => ({ sku: `sku-${rnd.int(1, 50)}-${i}`, quantity: rnd.int(1, 5), unitPriceCents: rnd.int(0, 20_000) }));
-        entry = { n, kind: 'place', key: `place-${o.seed}-${n}`, path: '/orders', body: JSON.stringify({ customerId: `cust-${rnd.int(1, CUSTOMERS)}`, currency: 'EUR', items }) };
+        entry = { n, kind: 'open', key: `open-${o.seed}-${n}`, path: '/accounts', body: JSON.stringify({ owner: `owner-${rnd.int(1, OWNERS)}` }) };
       }
       const done = await send(entry);
       ledger.push(done);
-      if (done.kind === 'place' && done.outcome === 'ack' && done.orderId) placed.push(done.orderId);
+      if (done.kind === 'open' && done.outcome === 'ack' && done.accountId) opened.push(done.accountId);
     }
   }
 

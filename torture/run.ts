@@ -1,13 +1,18 @@
 // npm run torture -- --seed <n> [--commands N --kills K --broker-restarts R --pauses P --rate R --concurrency C]
-// Real processes (API, relay, two subscribers, nats-server), a client-side ledger, seeded faults, then a check.
+// Real processes of the test fixture's service (API, relay, the balances and audit subscribers, nats-server), a
+// client-side ledger, seeded faults, then a check. It runs the fixture (test/support/fixture), never the example
+// context, so it keeps working in a clone that deleted the example.
+import { createClient } from '@libsql/client';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startNats } from '../test/support/nats.ts';
-import { FAULT_ENTRY, freePort, runtimeCommand, spawnChild, type ChildHandle } from '../test/support/process.ts';
+import { FAULT_ENTRY, FIXTURE_ENTRY, freePort, runtimeCommand, spawnChild, type ChildHandle } from '../test/support/process.ts';
 import { ensureStream } from '../src/nats/ensure-stream.ts';
+import { durableNameOf } from '../src/service-name.ts';
+import { backlogPhase } from './backlog.ts';
 import { checkRun, type CheckReport } from './check.ts';
 import { runLoad, type LedgerEntry } from './load.ts';
 import { buildSchedule, type Fault, type ProcessName } from './schedule.ts';
@@ -21,11 +26,12 @@ export type TortureOptions = {
   rate: number;
   concurrency: number;
   /**
-   * Rows queued while the broker is down after the main load (0: no backlog phase). The phase also places one
-   * poison order (its event is larger than the stream accepts) and cancels it halfway through the backlog.
+   * Rows queued while the broker is down after the main load (0: no backlog phase). The phase also opens one
+   * poison account (its opened event is larger than the stream accepts), and credits and closes it halfway
+   * through the backlog.
    */
   backlog?: number;
-  /** How long the reporting subscriber's database stays write-locked while the backlog drains (0: no lock phase). */
+  /** How long the balances subscriber's database stays write-locked while the backlog drains (0: no lock phase). */
   lockSubscriberMs?: number;
   /** A deliberately broken variant, to prove the checker can fail: `no-inbox` or `mark-before-puback`. */
   broken?: 'no-inbox' | 'mark-before-puback';
@@ -41,8 +47,16 @@ const MAX_DELIVER = 3;
 const MAX_BACKOFF_MS = 1000;
 /** The whole delivery budget of a message: max_deliver deliveries, each waiting out ack_wait plus a nak delay. */
 export const DELIVERY_BUDGET_MS = MAX_DELIVER * (ACK_WAIT_MS + MAX_BACKOFF_MS);
-/** The stream's largest message in this run, as an operator might have set it: the poison order's event is larger. */
+/** The stream's largest message in this run, as an operator might have set it: the poison account's event is larger. */
 const MAX_MSG_SIZE = 8192;
+/** The processes run with the default SERVICE_NAME; the operator created its default stream and subject prefix. */
+const SERVICE = 'hono-outbox';
+const STREAM = 'HONO_OUTBOX';
+const PREFIX = 'hono-outbox';
+/** The fixture's subscribers, each in a process of its own. */
+const SUBSCRIBERS = ['balances', 'audit'] as const;
+/** The subscriber whose database the lock phase write-locks. */
+const LOCKED_SUBSCRIBER = 'balances';
 
 /** Runs one torture configuration end to end and returns the check report (it never throws for violations). */
 export async function runTorture(o: TortureOptions): Promise<TortureResult> {
@@ -64,13 +78,14 @@ export async function runTorture(o: TortureOptions): Promise<TortureResult> {
     CONSUMER_ACK_WAIT_MS: String(ACK_WAIT_MS),
     CONSUMER_MAX_DELIVER: String(MAX_DELIVER),
   };
-  const commands: Record<ProcessName, { entry: string; args: string[]; env: Record<string, string> }> = {
-    api: { entry: 'src/entry/node.ts', args: [], env: { ROLES: 'api', PORT: String(apiPort) } },
-    // the broken variants run the fault entry (crash hooks live in test code only); the production entries otherwise
-    relay: o.broken === 'mark-before-puback' ? { entry: FAULT_ENTRY, args: ['relay'], env: { HONO_OUTBOX_TEST_FAULT: 'mark-before-puback' } } : { entry: 'src/entry/relay.ts', args: [], env: {} },
-    // the broken subscriber also dies once between commit and ack, so a redelivery is certain
-    reporting: subscriberCommand('reporting', o.broken === 'no-inbox' ? `no-inbox,kill-after-commit:10:${join(dir, 'reporting.crashed')}` : undefined),
-    notifications: subscriberCommand('notifications', o.broken === 'no-inbox' ? `no-inbox,kill-after-commit:10:${join(dir, 'notifications.crashed')}` : undefined),
+  // The broken variants run the fault entry (crash hooks live in test code only), the fixture's entry otherwise;
+  // a broken subscriber also dies once between commit and ack, so a redelivery is certain.
+  const brokenSubscriber = (name: string) => (o.broken === 'no-inbox' ? `no-inbox,kill-after-commit:10:${join(dir, `${name}.crashed`)}` : undefined);
+  const commands: Record<ProcessName, ProcessCommand> = {
+    api: { entry: FIXTURE_ENTRY, args: [], env: { ROLES: 'api', PORT: String(apiPort) } },
+    relay: roleCommand({ ROLES: 'relay' }, ['relay'], o.broken === 'mark-before-puback' ? 'mark-before-puback' : undefined),
+    balances: roleCommand({ ROLES: 'consumers', CONSUMERS: 'balances' }, ['consume', 'balances'], brokenSubscriber('balances')),
+    audit: roleCommand({ ROLES: 'consumers', CONSUMERS: 'audit' }, ['consume', 'audit'], brokenSubscriber('audit')),
   };
   const procs = new Map<ProcessName, ChildHandle>();
   const start = (name: ProcessName) => {
@@ -83,14 +98,14 @@ export async function runTorture(o: TortureOptions): Promise<TortureResult> {
     return !!p && p.exitCode === null && p.signalCode === null;
   };
   const restarting = new Set<ProcessName>();
-  const injected: Record<string, number> = { 'kill api': 0, 'kill relay': 0, 'kill reporting': 0, 'kill notifications': 0, 'broker restart': 0, pause: 0 };
+  const injected: Record<string, number> = { 'kill api': 0, 'kill relay': 0, 'kill balances': 0, 'kill audit': 0, 'broker restart': 0, pause: 0 };
 
   try {
     // the operator's stream, created before any process: the relay and subscribers adopt it as it is
     const admin = await connect({ servers: [nats.url] });
     await ensureStream(await jetstreamManager(admin), {
-      name: 'EVENTS',
-      prefix: 'events',
+      name: STREAM,
+      prefix: PREFIX,
       maxBytes: 1024 * 1024 * 1024,
       maxAgeMs: 7 * 24 * 3600 * 1000,
       duplicateWindowMs: 10 * 60 * 1000,
@@ -147,9 +162,10 @@ export async function runTorture(o: TortureOptions): Promise<TortureResult> {
       },
     });
     await Promise.all(running);
-    const parkedOrders: string[] = [];
+    const parkedAccounts: string[] = [];
     if ((o.backlog ?? 0) > 0) {
-      ledger.push(...(await backlogPhase({ ...o, backlog: o.backlog!, apiPort, dbUrl: env.DATABASE_URL!, nats, parkedOrders, log, lockReporting: lockPhase(env, o.lockSubscriberMs ?? 0, log) })));
+      const lockSubscriber = lockPhase(env, o.lockSubscriberMs ?? 0, log);
+      ledger.push(...(await backlogPhase({ seed: o.seed, backlog: o.backlog!, maxMsgSize: MAX_MSG_SIZE, baseUrl: `http://127.0.0.1:${apiPort}`, dbUrl: env.DATABASE_URL!, nats, parkedAccounts, log, lockSubscriber })));
     } else if ((o.lockSubscriberMs ?? 0) > 0) {
       await lockPhase(env, o.lockSubscriberMs!, log)();
     }
@@ -161,17 +177,18 @@ export async function runTorture(o: TortureOptions): Promise<TortureResult> {
       else p!.proc.kill('SIGCONT');
     }
     log(`torture: load done (${ledger.length} requests), draining`);
-    await waitFor(() => drained(env.DATABASE_URL!, nats.url, parkedOrders), 300_000, 'drain');
+    await waitFor(() => drained(env.DATABASE_URL!, nats.url, parkedAccounts), 300_000, 'drain');
     clearInterval(watchdog);
 
     for (const p of procs.values()) await p.stop('SIGTERM', 15_000).catch(() => p.kill9());
     const report = await checkRun({
       apiDbUrl: env.DATABASE_URL!,
-      subscriberDbUrls: { reporting: `file:${join(dir, 'reporting.db')}`, notifications: `file:${join(dir, 'notifications.db')}` },
+      subscriberDbUrls: { balances: `file:${join(dir, 'balances.db')}`, audit: `file:${join(dir, 'audit.db')}` },
       natsUrl: nats.url,
-      stream: 'EVENTS',
+      stream: STREAM,
+      prefix: PREFIX,
       ledger,
-      parkedOrders,
+      parkedAccounts,
     });
     writeFileSync(join(dir, 'ledger.json'), JSON.stringify(ledger));
     return { ...report, seed: o.seed, injected, schedule, ledger: ledger.length, seconds: Math.round((performance.now() - began) / 1000), dir };
@@ -182,105 +199,53 @@ export async function runTorture(o: TortureOptions): Promise<TortureResult> {
   }
 }
 
-/** A subscriber's process: the production entry, or the fault entry with `faults` (HONO_OUTBOX_TEST_FAULT). */
-function subscriberCommand(name: string, faults: string | undefined): { entry: string; args: string[]; env: Record<string, string> } {
-  return faults ? { entry: FAULT_ENTRY, args: ['consume', name], env: { HONO_OUTBOX_TEST_FAULT: faults } } : { entry: 'src/entry/consume.ts', args: [name], env: {} };
-}
+type ProcessCommand = { entry: string; args: string[]; env: Record<string, string> };
 
 /**
- * The backlog phase: the broker goes down, `backlog` commands queue their rows in the outbox (one poison order
- * among them, cancelled halfway through, so its aggregate has a later event held behind a row the stream
- * refuses), then the broker comes back and, while the backlog drains, the reporting subscriber's database is
- * locked past its whole delivery budget (when a lock phase is asked for). Returns the phase's ledger.
+ * A process of the fixture service with the roles in `env`: the fixture's entry, or with `faults`
+ * (HONO_OUTBOX_TEST_FAULT) the fault entry running the fixture (`--fixture`, then `faultArgs`).
  */
-async function backlogPhase(p: TortureOptions & { backlog: number; apiPort: number; dbUrl: string; nats: Awaited<ReturnType<typeof startNats>>; parkedOrders: string[]; log: (l: string) => void; lockReporting: () => Promise<void> }): Promise<LedgerEntry[]> {
-  const baseUrl = () => `http://127.0.0.1:${p.apiPort}`;
-  await p.nats.kill();
-  const items = Array.from({ length: 100 }, (_, i) => ({ sku: `poison-${'x'.repeat(50)}-${i}`, quantity: 1, unitPriceCents: 100 }));
-  const poison = await postCommand(baseUrl(), '/orders', `place-poison-${p.seed}`, { customerId: 'poison', currency: 'EUR', items });
-  const orderId = poison.body.orderId as string;
-  p.parkedOrders.push(orderId);
-  // commands until the outbox holds `backlog` pending rows, the poison order's cancellation in the middle
-  const load = async (seed: number, rows: number) => {
-    const out: LedgerEntry[] = [];
-    for (let round = 0; (await countPending(p.dbUrl)) < rows; round++) {
-      const missing = rows - (await countPending(p.dbUrl));
-      out.push(...(await runLoad({ baseUrl, seed: seed * 100 + round, commands: Math.max(10, Math.ceil(missing * 1.1)), concurrency: 32, rate: 100_000, requestTimeoutMs: 30_000 })));
-    }
-    return out;
-  };
-  const first = await load(p.seed * 1000 + 1, Math.ceil(p.backlog / 2));
-  const cancel = await postCommand(baseUrl(), `/orders/${orderId}/cancel`, `cancel-poison-${p.seed}`, { reason: 'poison' });
-  const second = await load(p.seed * 1000 + 2, p.backlog);
-  p.log(`torture: ${await countPending(p.dbUrl)} rows queued with the broker down (${first.length + second.length + 2} commands)`);
-  await p.nats.restart();
-  await p.lockReporting();
-  const entry = (n: number, kind: LedgerEntry['kind'], path: string, key: string, body: unknown, res: { status: number }): LedgerEntry => ({
-    n, kind, key, path, body: JSON.stringify(body), outcome: res.status < 300 ? 'ack' : 'rejected', status: res.status, orderId,
-  });
-  return [
-    entry(-2, 'place', '/orders', `place-poison-${p.seed}`, { customerId: 'poison', currency: 'EUR', items }, poison),
-    ...first.map((e) => ({ ...e, n: 1_000_000 + e.n })),
-    entry(-1, 'cancel', `/orders/${orderId}/cancel`, `cancel-poison-${p.seed}`, { reason: 'poison' }, cancel),
-    ...second.map((e) => ({ ...e, n: 2_000_000 + e.n })),
-  ];
+function roleCommand(env: Record<string, string>, faultArgs: string[], faults: string | undefined): ProcessCommand {
+  return faults ? { entry: FAULT_ENTRY, args: ['--fixture', ...faultArgs], env: { HONO_OUTBOX_TEST_FAULT: faults } } : { entry: FIXTURE_ENTRY, args: [], env };
 }
 
-/** One command with its Idempotency-Key; throws unless it is acknowledged (the phase needs both commands). */
-async function postCommand(baseUrl: string, path: string, key: string, body: unknown): Promise<{ status: number; body: Record<string, unknown> }> {
-  for (let tries = 0; ; tries++) {
-    const res = await fetch(`${baseUrl}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: JSON.stringify(body) }).catch(() => undefined);
-    if (res && res.status < 300) return { status: res.status, body: (await res.json()) as Record<string, unknown> };
-    if (tries > 100) throw new Error(`torture: ${path} answered ${res?.status ?? 'nothing'}: ${await res?.text()}`);
-    await sleep(100);
-  }
-}
-
-/** Returns a function that write-locks the reporting subscriber's database for `ms` (in the background) and resolves once it holds the lock. */
+/** Returns a function that write-locks the balances subscriber's database for `ms` (in the background) and resolves once it holds the lock. */
 function lockPhase(env: Record<string, string>, ms: number, log: (l: string) => void): () => Promise<void> {
   return async () => {
     if (ms <= 0) return;
-    const { createClient } = await import('@libsql/client');
-    const c = createClient({ url: env.CONSUMER_DATABASE_URL_TEMPLATE!.replace('{name}', 'reporting'), timeout: 30_000 });
+    const c = createClient({ url: env.CONSUMER_DATABASE_URL_TEMPLATE!.replace('{name}', LOCKED_SUBSCRIBER), timeout: 30_000 });
     const tx = await c.transaction('write');
-    log(`torture: reporting's database write-locked for ${ms} ms (delivery budget ${DELIVERY_BUDGET_MS} ms)`);
+    log(`torture: ${LOCKED_SUBSCRIBER}'s database write-locked for ${ms} ms (delivery budget ${DELIVERY_BUDGET_MS} ms)`);
     void sleep(ms).then(async () => {
       await tx.rollback().catch(() => undefined);
       tx.close();
       c.close();
-      log('torture: reporting\'s database unlocked');
+      log(`torture: ${LOCKED_SUBSCRIBER}'s database unlocked`);
     });
   };
 }
 
-async function countPending(dbUrl: string): Promise<number> {
-  const { createClient } = await import('@libsql/client');
-  const c = createClient({ url: dbUrl });
-  try {
-    return Number((await c.execute("SELECT count(*) FROM outbox WHERE status = 'pending'")).rows[0]![0]);
-  } finally {
-    c.close();
-  }
-}
-
 let lastDrainState = '';
-async function drained(dbUrl: string, natsUrl: string, parkedOrders: string[]): Promise<boolean> {
-  const { createClient } = await import('@libsql/client');
+async function drained(dbUrl: string, natsUrl: string, parkedAccounts: string[]): Promise<boolean> {
   const c = createClient({ url: dbUrl });
   let pending: number;
+  let parked: number;
   try {
-    pending = Number((await c.execute({ sql: "SELECT count(*) FROM outbox WHERE status = 'pending' AND aggregate_id NOT IN (SELECT value FROM json_each(?))", args: [JSON.stringify(parkedOrders)] })).rows[0]![0]);
+    const args = [JSON.stringify(parkedAccounts)];
+    pending = Number((await c.execute({ sql: "SELECT count(*) FROM outbox WHERE status = 'pending' AND aggregate_id NOT IN (SELECT value FROM json_each(?))", args })).rows[0]![0]);
+    // a poison row is retried (with back-off) until RELAY_MAX_ATTEMPTS before it is parked
+    parked = Number((await c.execute({ sql: "SELECT count(*) FROM outbox WHERE status = 'failed' AND aggregate_id IN (SELECT value FROM json_each(?))", args })).rows[0]![0]);
   } finally {
     c.close();
   }
-  lastDrainState = `outbox pending ${pending}`;
-  if (pending > 0) return false;
+  lastDrainState = `outbox pending ${pending}, poison rows parked ${parked} of ${parkedAccounts.length}`;
+  if (pending > 0 || parked < parkedAccounts.length) return false;
   const nc = await connect({ servers: [natsUrl], maxReconnectAttempts: 0 }).catch(() => undefined);
   if (!nc) return false;
   try {
     const jsm = await jetstreamManager(nc);
-    for (const name of ['reporting', 'notifications']) {
-      const info = await jsm.consumers.info('EVENTS', name).catch(() => undefined);
+    for (const name of SUBSCRIBERS) {
+      const info = await jsm.consumers.info(STREAM, durableNameOf(SERVICE, name)).catch(() => undefined);
       lastDrainState = `consumer ${name}: ${info ? `pending ${info.num_pending}, awaiting ack ${info.num_ack_pending}, redelivered ${info.num_redelivered}` : 'missing'}`;
       if (!info || info.num_pending > 0 || info.num_ack_pending > 0) return false;
     }

@@ -1,6 +1,7 @@
-import { createRandom } from './prng.ts';
+import { createRandom } from '../test/support/random.ts';
 
-export type ProcessName = 'api' | 'relay' | 'reporting' | 'notifications';
+/** The fixture service's processes: its API, its relay and its two subscribers. */
+export type ProcessName = 'api' | 'relay' | 'balances' | 'audit';
 export type Fault =
   | { at: number; kind: 'kill'; target: ProcessName; restartAfterMs: number }
   | { at: number; kind: 'pause'; target: ProcessName; forMs: number }
@@ -8,7 +9,7 @@ export type Fault =
 
 export type ScheduleOptions = { seed: number; commands: number; kills: number; brokerRestarts: number; pauses: number; pauseMs: number };
 
-const TARGETS: readonly ProcessName[] = ['api', 'relay', 'reporting', 'notifications'];
+const TARGETS: readonly ProcessName[] = ['api', 'relay', 'balances', 'audit'];
 
 /**
  * The fault schedule of a run, as positions in the command stream (fault i happens once `at` commands were

@@ -2,7 +2,7 @@
 // and a 201 answer of the same shape, with no database and no broker.
 import { Hono } from 'hono';
 import { requireJson, validJson } from '../../src/http/json-body.ts';
-import { PlaceOrderBody } from '../../src/orders/orders.routes.ts';
+import { PlaceOrderBody } from '../../src/contexts/orders/routes.ts';
 
 /** A Hono app whose POST /orders validates like the real one and answers without storing anything. */
 export function createCeilingApp(newId: () => string): Hono {

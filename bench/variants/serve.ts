@@ -6,7 +6,8 @@ import { migrateDatabase } from '../../src/db/migrate.ts';
 import { createDatabase } from '../../src/db/open-database.ts';
 import { createWriter } from '../../src/db/writer.ts';
 import type { Deps } from '../../src/deps.ts';
-import { createAppRegistry } from '../../src/events/catalog.ts';
+import { registryOf } from '../../src/compose/define-modules.ts';
+import { modules } from '../../src/modules.ts';
 import { createUuidV7 } from '../../src/ids.ts';
 import { createLogger } from '../../src/logger.ts';
 import { streamSettingsFrom } from '../../src/nats/stream-settings.ts';
@@ -30,7 +31,7 @@ async function buildFetch(): Promise<(req: Request) => Response | Promise<Respon
   cleanups.push(() => client.close());
   await migrateDatabase(client, MIGRATIONS_FOLDER);
   const db = createDatabase(client);
-  const deps: Deps = { db, writer: createWriter(db), registry: createAppRegistry(), clock: () => new Date(), newId: createUuidV7(), log, outboxCommitted: createSignal() };
+  const deps: Deps = { db, writer: createWriter(db), registry: registryOf(modules), clock: () => new Date(), newId: createUuidV7(), log, outboxCommitted: createSignal() };
   cleanups.unshift(() => deps.writer.idle());
   if (variant === 'state-only') return createStateOnlyApp(deps).fetch;
   const publisher = await createInlinePublisher(natsConnector(config, 'bench dual-write'), streamSettingsFrom(config));

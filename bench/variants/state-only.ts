@@ -8,10 +8,10 @@ import type { Deps } from '../../src/deps.ts';
 import type { IntegrationEvent } from '../../src/events/integration-event.ts';
 import { readIdempotencyKey, runIdempotent, sendCommandResponse } from '../../src/http/idempotency.ts';
 import { requireJson, validJson } from '../../src/http/json-body.ts';
-import { place } from '../../src/orders/order.ts';
-import { toOrderIntegrationEvents } from '../../src/orders/order-events.ts';
-import { insertOrder } from '../../src/orders/order-store.ts';
-import { PlaceOrderBody } from '../../src/orders/orders.routes.ts';
+import { toOrderIntegrationEvents } from '../../src/contexts/orders/events.ts';
+import { place } from '../../src/contexts/orders/order.ts';
+import { PlaceOrderBody } from '../../src/contexts/orders/routes.ts';
+import { insertOrder } from '../../src/contexts/orders/store.ts';
 
 /** Called after the commit with the order's integration events; its promise is awaited before the response. */
 export type AfterCommit = (events: IntegrationEvent[]) => Promise<void>;

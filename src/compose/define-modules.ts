@@ -17,9 +17,10 @@ export class UnknownSubscriberError extends Error {
 
 /**
  * Checks a composition: unique context and subscriber names, every event a subscriber handles registered, and
- * context events that do not redefine one another. Throws RangeError naming the problem.
+ * context events that do not redefine one another. Throws RangeError naming the problem. The catalog keeps its
+ * literal type; the lists are typed as lists, so an empty composition (`contexts: []`) is as usable as a full one.
  */
-export function defineModules<const M extends Modules>(modules: M): M {
+export function defineModules<const E extends EventCatalog>(modules: Modules & { events: E }): Modules & { events: E } {
   const seen = new Set<string>();
   for (const name of [...modules.contexts.map((c) => `context ${c.name}`), ...modules.subscribers.map((s) => `subscriber ${s.name}`)]) {
     if (seen.has(name)) throw new RangeError(`${name} is listed twice`);

@@ -1,4 +1,5 @@
 import type { Client, Transaction } from '@libsql/client';
+import { sleep } from '../worker/sleep.ts';
 import { DatabaseBusyError, isBusyError } from './busy.ts';
 
 /**
@@ -24,11 +25,6 @@ export function busyBudgetOf(client: Client): number {
 /** The next sleep between two attempts at the write lock: 1, 2, 4 … ms, at most 25 ms. */
 export function nextBusySleep(previousMs: number): number {
   return Math.min(MAX_SLEEP_MS, Math.max(1, previousMs * 2));
-}
-
-/** Resolves after `ms` (a timer, so the event loop keeps serving meanwhile). */
-export function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
 }
 
 /**

@@ -1,6 +1,7 @@
 import { sqlOf, type Database, type Tx } from './open-database.ts';
 import { DatabaseBusyError, isBusyError } from './busy.ts';
-import { busyBudgetOf, dropPoisonedConnections, nextBusySleep, sleep, writeLockBusy } from './write-lock.ts';
+import { sleep } from '../worker/sleep.ts';
+import { busyBudgetOf, dropPoisonedConnections, nextBusySleep, writeLockBusy } from './write-lock.ts';
 
 /** Runs write transactions one at a time for this process, grouping queued ones into a single commit. */
 export type Writer = {

@@ -4,7 +4,7 @@ import { connect } from '@nats-io/transport-node';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ConfigError, parseConfig, type Config } from '../config.ts';
+import { parseConfig, type Config } from '../config.ts';
 import { DatabaseBusyError } from '../db/busy.ts';
 import { migrateDatabase, MigrationError } from '../db/migrate.ts';
 import { prepareLocalDatabase } from '../db/open-database.ts';
@@ -14,11 +14,9 @@ import { natsConnectionOptions, type ConnectNats } from '../nats/connect.ts';
 import type { RelayRunOptions } from '../outbox/relay.ts';
 import { createService, type Service, type ServiceIo } from '../service.ts';
 import { subscriberDatabaseUrl } from '../inbox/subscriber-database.ts';
-import { UnknownSubscriberError, type Modules } from '../compose/define-modules.ts';
+import type { Modules } from '../compose/define-modules.ts';
 import { modules as appModules } from '../modules.ts';
-import { UnsafeRetentionError } from '../inbox/retention.ts';
-import { UnsafeConsumerConfigError } from '../nats/ensure-consumer.ts';
-import { UnsafeStreamConfigError } from '../nats/ensure-stream.ts';
+import { isStartUpRefusal } from '../roles/start-up-refusals.ts';
 import { exitOnFatalErrors, FATAL_STOP_TIMEOUT_MS } from './fatal-errors.ts';
 
 export const MIGRATIONS_FOLDER = fileURLToPath(new URL('../../db/migrations', import.meta.url));
@@ -30,7 +28,7 @@ export function loadConfigOrExit(overrides: Record<string, string> = {}): Config
   try {
     return parseConfig({ ...process.env, ...overrides });
   } catch (error) {
-    if (error instanceof ConfigError) {
+    if (isStartUpRefusal(error)) {
       console.error(error.message);
       process.exit(2);
     }
@@ -115,9 +113,6 @@ export async function openSubscriberDb(config: Config, name: string, migrations:
   return client;
 }
 
-/** Start-up refusals whose message is the whole story: printed as one line, exit code 2. */
-const REFUSALS = [UnsafeRetentionError, UnsafeStreamConfigError, UnknownSubscriberError, UnsafeConsumerConfigError];
-
 /** Crash and broken-variant hooks for the crash tests and the torture run; inert unless a test entry passes them. */
 export type BootFaults = Pick<ServiceIo, 'relayFaults' | 'consumerFaults' | 'brokenNoInbox'>;
 
@@ -154,8 +149,9 @@ export async function boot(
       ...(options.relayRun ? { relayRun: options.relayRun } : {}),
     });
   } catch (error) {
-    if (REFUSALS.some((refusal) => error instanceof refusal)) {
-      console.error((error as Error).message);
+    // a refusal's message is the whole story: one line, exit code 2
+    if (isStartUpRefusal(error)) {
+      console.error(error.message);
       process.exit(2);
     }
     throw error;

@@ -11,18 +11,19 @@ import { readOutboxStats } from '../outbox/outbox-stats.ts';
 import { parseArgs, parseDurationOption, parsePositiveInt, UsageError } from './args.ts';
 import { loadConfigOrExit, migrateOrExit, MIGRATIONS_FOLDER, openClient, openSubscriberDb } from './boot.ts';
 import { exitOnFatalErrors } from './fatal-errors.ts';
-import { findSubscriber, registryOf } from '../compose/define-modules.ts';
+import { findSubscriber, registryOf, UnknownSubscriberError } from '../compose/define-modules.ts';
 import { modules } from '../modules.ts';
 import { listDeadLetters, replayDeadLetters } from '../inbox/dead-letters.ts';
 import { createInboxDeps } from '../inbox/handle-once.ts';
 import { assertSafeRetention, compactInbox, retentionSettingsFrom, UnsafeRetentionError } from '../inbox/retention.ts';
 import type { Subscriber } from '../inbox/subscriber.ts';
 import { createMetrics } from '../metrics/metrics.ts';
+import { isStartUpRefusal } from '../roles/start-up-refusals.ts';
 
 const USAGE = `usage: npm run cli -- <command> [options]
   outbox:stats                                   counts by status and the age of the oldest pending row
   outbox:failed [--limit 100]                    parked rows with their last error
-  outbox:retry-failed (--id <event id> | --all)  put failed rows back to pending with attempts 0
+  outbox:retry-failed (--id <event id> | --all)  put failed rows back to pending, due at once
   outbox:compact [--older-than <OUTBOX_RETENTION>] [--batch 10000]  delete sent rows older than the cutoff, in batches
   idempotency:compact [--older-than <IDEMPOTENCY_RETENTION>] [--batch 10000] [--force]  forget older Idempotency-Keys
   inbox:dead-letters --consumer <name>           a subscriber's dead letters with their errors
@@ -63,7 +64,8 @@ function subscriberNamed(name: string | undefined): Subscriber {
   try {
     return findSubscriber(modules, name);
   } catch (error) {
-    throw new UsageError((error as Error).message);
+    if (error instanceof UnknownSubscriberError) throw new UsageError(error.message);
+    throw error;
   }
 }
 
@@ -186,7 +188,7 @@ try {
     console.error(`${error.message}\n${USAGE}`);
     process.exit(2);
   }
-  if (error instanceof RefusedError) {
+  if (error instanceof RefusedError || isStartUpRefusal(error)) {
     console.error(error.message);
     process.exit(2);
   }

@@ -1,6 +1,7 @@
 // `npm run consume -- <name>`: one subscriber alone, for a supervisor or a container.
-import { findSubscriber, UnknownSubscriberError } from '../compose/define-modules.ts';
+import { findSubscriber } from '../compose/define-modules.ts';
 import { modules } from '../modules.ts';
+import { isStartUpRefusal } from '../roles/start-up-refusals.ts';
 import { parseArgs, UsageError } from './args.ts';
 import { boot, stopOnSignals } from './boot.ts';
 import { serveOnNode } from './serve-node.ts';
@@ -14,7 +15,7 @@ try {
   name = positional[0]!;
   findSubscriber(modules, name);
 } catch (error) {
-  if (!(error instanceof UsageError || error instanceof UnknownSubscriberError)) throw error;
+  if (!(error instanceof UsageError || isStartUpRefusal(error))) throw error;
   console.error(`${error.message}\n${USAGE}`);
   process.exit(2);
 }

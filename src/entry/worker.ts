@@ -4,22 +4,17 @@
 import { createClient, type Client } from '@libsql/client/web';
 import type { Hono } from 'hono';
 import { wsconnect } from '@nats-io/nats-core';
-import { createApp } from '../app.ts';
 import { ConfigError, parseConfig, type Config } from '../config.ts';
 import { createDatabase } from '../db/open-database.ts';
-import { createWriter } from '../db/writer.ts';
-import { createDeps } from '../deps.ts';
 import { AppError, toProblem } from '../errors.ts';
-import { registryOf } from '../compose/define-modules.ts';
 import { modules } from '../modules.ts';
 import { createLogger, type Logger } from '../logger.ts';
-import { createMetrics } from '../metrics/metrics.ts';
 import { natsConnectionOptions, type ConnectNats } from '../nats/connect.ts';
-import { streamSettingsFrom } from '../nats/stream-settings.ts';
-import { createOpsRoutes } from '../ops/ops.routes.ts';
-import { createOutboxMetrics, registerOutboxGauges } from '../outbox/outbox-metrics.ts';
-import { createRelay, type RelayRunSummary } from '../outbox/relay.ts';
-import { relaySettingsFrom } from '../outbox/relay-settings.ts';
+import type { RelayRunSummary } from '../outbox/relay.ts';
+import { createApiRole } from '../roles/api.ts';
+import { createRelayRole } from '../roles/relay.ts';
+import { createRoleDeps } from '../roles/shared.ts';
+import { isStartUpRefusal } from '../roles/start-up-refusals.ts';
 import { createSignal } from '../signal.ts';
 
 /** The bindings the worker reads (wrangler.toml [vars] and secrets); other keys of ConfigSchema apply too. */
@@ -64,21 +59,9 @@ function openRemoteClient(config: Config): Client {
  * in-process write queue is not needed either: the libSQL server serializes writers itself (BEGIN IMMEDIATE).
  */
 function createRequestApp(config: Config, client: Client, log: Logger): Hono {
-  const db = createDatabase(client);
-  const clock = () => new Date();
-  const metrics = createMetrics();
-  registerOutboxGauges(metrics, db, clock);
   // No relay lives in this isolate: a commit is published at the next cron tick.
-  const deps = createDeps(db, log, registryOf(modules), { clock });
-  const app = createApp(deps, {
-    service: config.SERVICE_NAME,
-    contexts: modules.contexts,
-    api: config.ROLES.includes('api'),
-    readiness: () => ({ nats: 'published by the cron trigger' }),
-    extend: (a) =>
-      a.route('/', createOpsRoutes({ db, clock, metrics, adminToken: config.ADMIN_TOKEN, outboxCommitted: deps.outboxCommitted, writer: deps.writer })),
-  });
-  return app;
+  const shared = createRoleDeps(createDatabase(client), { modules, log });
+  return createApiRole(config, shared, { readiness: () => ({ nats: 'published by the cron trigger' }) }).app;
 }
 
 /** NATS over WebSocket with the token, user/password or creds content from the bindings; TLS comes from `wss://`. */
@@ -103,23 +86,10 @@ export async function runScheduledRelay(env: WorkerEnv): Promise<RelayRunSummary
   const log = createLogger(config.LOG_LEVEL, undefined, { service: config.SERVICE_NAME });
   if (!/^wss?:\/\//.test(config.NATS_URL)) throw new ConfigError('Invalid configuration: NATS_WS_URL must be a ws:// or wss:// URL in a worker');
   const client = openRemoteClient(config);
-  const db = createDatabase(client);
-  const stream = streamSettingsFrom(config);
   const timeLimitMs = Number(env.RELAY_TIME_LIMIT_MS ?? DEFAULT_RELAY_TIME_LIMIT_MS) || DEFAULT_RELAY_TIME_LIMIT_MS;
   try {
-    const relay = createRelay({
-      db,
-      writer: createWriter(db),
-      registry: registryOf(modules),
-      clock: () => new Date(),
-      log,
-      metrics: createOutboxMetrics(createMetrics()),
-      connect: wsConnector(config),
-      stream,
-      wake: createSignal(),
-      pollMs: config.RELAY_POLL_MS,
-      settings: relaySettingsFrom(config, stream),
-    });
+    const shared = createRoleDeps(createDatabase(client), { modules, log });
+    const { relay } = createRelayRole(config, shared, { connect: wsConnector(config), wake: createSignal() });
     const summary = await relay.run({ untilIdle: true, timeLimitMs });
     log.info('relay pass done', { ...summary });
     return summary;
@@ -143,7 +113,7 @@ export default {
     try {
       config = configFrom(env);
     } catch (error) {
-      if (!(error instanceof ConfigError)) throw error;
+      if (!isStartUpRefusal(error)) throw error;
       console.error(error.message);
       return misconfigured(new URL(request.url).pathname);
     }

@@ -1,5 +1,3 @@
-import type { JsMsg } from '@nats-io/jetstream';
-import type { NatsConnection } from '@nats-io/nats-core';
 import type { Database } from '../db/open-database.ts';
 import { createWriter, type Writer } from '../db/writer.ts';
 import type { EventRegistry } from '../events/registry.ts';
@@ -8,28 +6,17 @@ import type { Metrics } from '../metrics/metrics.ts';
 import type { ConnectNats } from '../nats/connect.ts';
 import type { ConsumerSettings } from '../nats/ensure-consumer.ts';
 import type { StreamSettings } from '../nats/stream-settings.ts';
-import { backoffDelay } from '../outbox/backoff.ts';
-import type { BrokerState } from '../outbox/relay.ts';
-import { createSignal } from '../signal.ts';
+import { createBrokerState, type BrokerState } from '../worker/broker-state.ts';
+import { runConsumerSession, type ConsumerFaults, type ConsumerRunOptions, type ConsumerSessionParts } from './consumer-session.ts';
 import { createInboxDeps, DEFAULT_MAX_DELIVER, describeError, handleBatch, type InboxDeps, type InboxResult } from './handle-once.ts';
-import { createHeldMessages, type HeldMessage } from './held-messages.ts';
 import type { InboxMessage } from './inbox-message.ts';
-import { pullMessages, type PullSession } from './pull-messages.ts';
-import { createRedeliveryBarrier, type RedeliveryBarrier } from './redelivery-barrier.ts';
-import { stopWhenIdle } from './stop-when-idle.ts';
+import type { ConsumerRunSummary } from './message-outcomes.ts';
 import { subscriberAggregates, type Subscriber } from './subscriber.ts';
 import { createBatchWrites, type DatabaseState } from './write-until-committed.ts';
 
 export type { DatabaseState } from './write-until-committed.ts';
-
-/** Test-only fault injection at the consumer's dangerous point. */
-export type ConsumerFaults = {
-  /**
-   * Runs after a message's transaction committed and before it is acknowledged. Throwing simulates a crash
-   * there: nothing more is acknowledged, the runner stops and `run` rejects with the error.
-   */
-  afterCommit?(msg: InboxMessage, result: InboxResult): void | Promise<void>;
-};
+export type { ConsumerRunSummary } from './message-outcomes.ts';
+export type { ConsumerFaults, ConsumerRunOptions } from './consumer-session.ts';
 
 export type ConsumerRunnerOptions = Subscriber & {
   /** The durable consumer's name on the stream (default: the subscriber's name); the service uses `<service>-<subscriber>`. */
@@ -66,29 +53,6 @@ export type ConsumerRunnerOptions = Subscriber & {
   processBatch?: (msgs: InboxMessage[]) => Promise<InboxResult[]>;
 };
 
-export type ConsumerRunOptions = {
-  /** Stops pulling when aborted; the batch being written finishes and is acknowledged, the rest is handed back. */
-  signal?: AbortSignal;
-  timeLimitMs?: number;
-  /** Stops once this many messages reached a final outcome (processed, duplicate or dead-lettered). */
-  maxMessages?: number;
-  /** Stops once the consumer has nothing pending and nothing awaiting acknowledgement (bounded runs, tests). */
-  untilIdle?: boolean;
-};
-
-export type ConsumerRunSummary = {
-  processed: number;
-  duplicates: number;
-  /** Events of types the subscriber does not handle: acknowledged without an inbox row. */
-  ignored: number;
-  deadLettered: number;
-  /** Handler failures retried in-process. */
-  retried: number;
-  brokerErrors: number;
-  /** Batch writes that failed (database unavailable) and were retried. */
-  databaseErrors: number;
-};
-
 /** A subscriber's worker; `run` loops until stopped and resolves with what it did. */
 export type ConsumerRunner = {
   name: string;
@@ -119,7 +83,6 @@ export function createConsumerRunner(o: ConsumerRunnerOptions): ConsumerRunner {
   const maxDeliver = o.maxDeliver ?? DEFAULT_MAX_DELIVER;
   const retryDelay = { baseMs: o.nakDelayMs ?? 1000, maxMs: o.maxNakDelayMs ?? 30_000, random: o.random };
   const backoff = { baseMs: o.backoffBaseMs ?? 1000, maxMs: o.maxBackoffMs ?? 30_000, random: o.random };
-  const idleCheckMs = o.idleCheckMs ?? 250;
   // Well inside ack_wait, even when a synchronous database call holds up the timer for a while.
   const heartbeatMs = Math.max(50, Math.floor(ackWaitMs / 4));
   const inbox = createInboxDeps(o, {
@@ -141,204 +104,30 @@ export function createConsumerRunner(o: ConsumerRunnerOptions): ConsumerRunner {
     maxDeliver: -1,
     maxAckPending: Math.max(1000, 4 * batch),
   };
-  let brokerState: BrokerState = 'connecting';
-  const setState = (next: BrokerState, error?: unknown) => {
-    if (next === brokerState) return;
-    brokerState = next;
-    if (next === 'unavailable') o.log.warn('consumer: broker unavailable, backing off', { consumer: o.name, error: describeError(error) });
-    else if (next === 'connected') o.log.info('consumer: consuming', { consumer: o.name, stream: o.stream.name });
-  };
+  const broker = createBrokerState({
+    log: o.log,
+    unavailable: 'consumer: broker unavailable, backing off',
+    connected: 'consumer: consuming',
+    fields: { consumer: o.name, stream: o.stream.name },
+    describe: describeError,
+  });
   const writes = createBatchWrites({ consumer: o.name, log: o.log, metrics: inbox.metrics, processBatch, backoff });
+  const session: ConsumerSessionParts = {
+    pull: { name: o.name, connect: o.connect, stream: o.stream, consumer: consumerSettings, log: o.log, backoff, expiresMs: 5000 },
+    batch,
+    heartbeatMs,
+    idleCheckMs: o.idleCheckMs ?? 250,
+    retryDelay,
+    broker,
+    writes,
+    faults: o.faults,
+  };
 
   return {
     name: o.name,
     inbox,
-    state: () => brokerState,
+    state: broker.state,
     databaseState: () => writes.state(),
-    async run(options = {}) {
-      const summary: ConsumerRunSummary = { processed: 0, duplicates: 0, ignored: 0, deadLettered: 0, retried: 0, brokerErrors: 0, databaseErrors: 0 };
-      const stop = new AbortController();
-      const onAbort = () => stop.abort();
-      options.signal?.addEventListener('abort', onAbort, { once: true });
-      if (options.signal?.aborted) stop.abort();
-      const timeLimit = options.timeLimitMs !== undefined ? setTimeout(onAbort, options.timeLimitMs) : undefined;
-      /** Set by a fault that simulates a crash: nothing is answered afterwards. */
-      let crash: { error: unknown } | undefined;
-      let fatal: { error: unknown } | undefined;
-      const held = createHeldMessages();
-      const wake = createSignal(); // the write loop: something arrived or became due
-      const roomFreed = createSignal(); // the pull loop: a write ended or the database came back
-      stop.signal.addEventListener('abort', () => (wake.notify(), roomFreed.notify()), { once: true });
-      let nc: NatsConnection | undefined;
-      let session: PullSession | undefined;
-      let epoch = 0; // bumped when the stream was re-created: its sequence numbers name other messages
-      let barrier: RedeliveryBarrier | undefined;
-      let writing = false;
-      let lastDelivery = Date.now();
-      const maxHeld = consumerSettings.maxAckPending;
-
-      /** Answers every copy; never for a stream that was deleted since (its sequence numbers now name other messages). */
-      const answer = (h: HeldMessage, how: (m: JsMsg) => void, what: string) => {
-        if (h.epoch !== epoch) return;
-        for (const m of h.copies) {
-          try {
-            how(m);
-          } catch (error) {
-            o.log.warn(`consumer: could not ${what}; the broker will deliver the message again`, { consumer: o.name, eventId: h.msg.fallbackId, error: describeError(error) });
-          }
-        }
-      };
-
-      const heartbeat = setInterval(() => crash || held.keepAlive(epoch), heartbeatMs);
-
-      const respond = (h: HeldMessage, msg: InboxMessage, result: InboxResult) => {
-        switch (result.outcome) {
-          case 'processed':
-          case 'duplicate':
-          case 'ignored':
-            answer(h, (m) => m.ack(), 'acknowledge');
-            held.release(h);
-            summary[result.outcome === 'processed' ? 'processed' : result.outcome === 'duplicate' ? 'duplicates' : 'ignored']++;
-            break;
-          case 'dead-lettered':
-            answer(h, (m) => m.term(), 'terminate');
-            held.release(h);
-            summary.deadLettered++;
-            o.log.warn('consumer: message dead-lettered', { consumer: o.name, eventId: result.eventId, attempts: msg.deliveryCount, error: result.error });
-            break;
-          case 'retry': {
-            h.failures++;
-            const delay = backoffDelay(msg.deliveryCount, retryDelay);
-            h.retryAt = Date.now() + delay;
-            summary.retried++;
-            o.log.warn('consumer: message failed; retrying it, the later events of its aggregate wait', { consumer: o.name, eventId: result.eventId, attempt: msg.deliveryCount, delayMs: delay, error: result.error });
-            break;
-          }
-          case 'deferred':
-            break;
-        }
-        const final = summary.processed + summary.duplicates + summary.ignored + summary.deadLettered;
-        if (options.maxMessages !== undefined && final >= options.maxMessages) stop.abort();
-      };
-
-      /** One write of held messages in stream order; each is answered only after that write committed. */
-      const processHeld = async (taken: HeldMessage[]): Promise<void> => {
-        const msgs = taken.map((h) => ({ ...h.msg, deliveryCount: h.msg.deliveryCount + h.failures }));
-        const results = await writes.write(msgs, stop.signal, { failed: () => summary.databaseErrors++, recovered: () => roomFreed.notify() });
-        if (!results) return;
-        for (let k = 0; k < taken.length; k++) {
-          if (crash) return;
-          const result = results[k]!;
-          if (result.outcome !== 'deferred') {
-            try {
-              await o.faults?.afterCommit?.(msgs[k]!, result);
-            } catch (error) {
-              crash = { error };
-              stop.abort();
-              return;
-            }
-          }
-          respond(taken[k]!, msgs[k]!, result);
-        }
-      };
-
-      const work = async (): Promise<void> => {
-        while (!stop.signal.aborted) {
-          const now = Date.now();
-          if (barrier && !barrier.isOpen(now)) {
-            await wake.wait(barrier.deadline - now, stop.signal);
-            continue;
-          }
-          const ready = held.ready(now);
-          if (ready === 0) {
-            const next = held.nextRetryAt(now);
-            await wake.wait(next === undefined ? 60_000 : next - now, stop.signal);
-            continue;
-          }
-          // A short macrotask pause lets every message of the socket read that woke us join the batch.
-          if (ready < batch) await new Promise((r) => setTimeout(r, 0));
-          if (stop.signal.aborted) break;
-          const taken = held.take(batch, Date.now());
-          if (taken.length === 0) continue;
-          writing = true;
-          try {
-            await processHeld(taken);
-          } finally {
-            held.settle();
-            writing = false;
-            roomFreed.notify();
-          }
-        }
-      };
-
-      const pulling = pullMessages(
-        { name: o.name, connect: o.connect, stream: o.stream, consumer: consumerSettings, log: o.log, backoff, expiresMs: 5000 },
-        {
-          async room() {
-            for (;;) {
-              if (stop.signal.aborted) return 0;
-              const now = Date.now();
-              const space = maxHeld - held.size();
-              // While waiting for an earlier run's messages, keep pulling: they only come back through pulls.
-              const waiting = barrier !== undefined && !barrier.isOpen(now);
-              if (writes.state() === 'ok' && space > 0 && (waiting || held.ready(now) < batch)) return Math.min(batch, space);
-              await roomFreed.wait(1000, stop.signal);
-            }
-          },
-          admit(m) {
-            lastDelivery = Date.now();
-            if (crash) return;
-            if (stop.signal.aborted) {
-              m.nak(); // pulled but not started: hand it back at once rather than after ack_wait
-              return;
-            }
-            barrier?.see(m.info.streamSequence);
-            held.add(m, epoch);
-            wake.notify();
-          },
-          connected(next) {
-            nc = next;
-          },
-          ready(s) {
-            const first = session === undefined;
-            if (session && s.streamCreated !== session.streamCreated) {
-              epoch++;
-              if (held.size() > 0) o.log.warn('consumer: the stream was re-created; the messages held from the old one are still applied, never answered', { consumer: o.name, held: held.size() });
-            }
-            session = s;
-            if (first && s.info.num_ack_pending > 0 && held.size() === 0) {
-              barrier = createRedeliveryBarrier({ upTo: s.info.delivered.stream_seq, expected: s.info.num_ack_pending, deadline: Date.now() + Math.round(ackWaitMs * 1.5) + 1000 });
-              o.log.info('consumer: waiting for the messages an earlier run left unacknowledged before applying newer ones', { consumer: o.name, unacknowledged: s.info.num_ack_pending });
-            }
-          },
-          brokerState: setState,
-          brokerError() {
-            summary.brokerErrors++;
-          },
-        },
-        stop.signal,
-      ).catch((error: unknown) => {
-        fatal = { error };
-        stop.abort();
-      });
-
-      try {
-        const idle = { everyMs: idleCheckMs, session: () => session, busy: () => writing || held.size() > 0, lastDelivery: () => lastDelivery };
-        await Promise.all([work(), pulling, options.untilIdle ? stopWhenIdle(idle, stop) : undefined]);
-      } finally {
-        clearInterval(heartbeat);
-        if (timeLimit) clearTimeout(timeLimit);
-        options.signal?.removeEventListener('abort', onAbort);
-        if (!crash) {
-          // Handed back in stream order, so they come back in that order.
-          for (const h of held.inOrder()) answer(h, (m) => m.nak(), 'hand the message back');
-          await nc?.flush().catch(() => undefined); // the answers reach the broker before the connection closes
-        }
-        await nc?.close().catch(() => undefined);
-      }
-      if (fatal) throw fatal.error;
-      if (crash) throw crash.error;
-      return summary;
-    },
+    run: (options) => runConsumerSession(session, options),
   };
 }

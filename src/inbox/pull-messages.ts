@@ -5,10 +5,10 @@ import type { ConnectNats } from '../nats/connect.ts';
 import { ensureConsumer, UnsafeConsumerConfigError, type ConsumerSettings } from '../nats/ensure-consumer.ts';
 import { ensureStream, UnsafeStreamConfigError } from '../nats/ensure-stream.ts';
 import type { StreamSettings } from '../nats/stream-settings.ts';
-import { backoffDelay } from '../outbox/backoff.ts';
-import type { BrokerState } from '../outbox/relay.ts';
+import type { BackoffSettings } from '../worker/backoff.ts';
+import type { BrokerState } from '../worker/broker-state.ts';
+import { createOutageBackoff } from '../worker/outage-backoff.ts';
 import { describeError } from './handle-once.ts';
-import { sleep } from './sleep.ts';
 
 /** A durable consumer ready to pull from, with its info, and its stream's creation time (new once re-created). */
 export type PullSession = { nc: NatsConnection; consumer: Consumer; streamCreated: string; info: ConsumerInfo };
@@ -33,7 +33,7 @@ export type PullSettings = {
   stream: StreamSettings;
   consumer: ConsumerSettings;
   log: Logger;
-  backoff: { baseMs: number; maxMs: number; random?: (() => number) | undefined };
+  backoff: BackoffSettings;
   /** How long one pull request waits for messages (at least 1000; the client expects heartbeats at half of it). */
   expiresMs: number;
 };
@@ -46,14 +46,13 @@ export type PullSettings = {
  * can still be answered. Rejects only on an unsafe stream or consumer configuration.
  */
 export async function pullMessages(s: PullSettings, target: PullTarget, signal: AbortSignal): Promise<void> {
-  let failures = 0;
+  const outage = createOutageBackoff(s.backoff);
   const failed = async (error: unknown) => {
     if (error instanceof UnsafeStreamConfigError || error instanceof UnsafeConsumerConfigError) throw error;
     if (signal.aborted) return;
-    failures++;
     target.brokerError();
     target.brokerState('unavailable', error);
-    await sleep(backoffDelay(failures, s.backoff), signal);
+    await outage.backOff(signal);
   };
 
   while (!signal.aborted) {
@@ -85,10 +84,10 @@ export async function pullMessages(s: PullSettings, target: PullTarget, signal: 
           } finally {
             signal.removeEventListener('abort', close);
           }
-          failures = 0;
+          outage.reset();
         }
       } catch (error) {
-        if (!signal.aborted && failures === 0) s.log.warn('consumer: pulling failed; ensuring the stream and the consumer again', { consumer: s.name, error: describeError(error) });
+        if (!signal.aborted && outage.failures() === 0) s.log.warn('consumer: pulling failed; ensuring the stream and the consumer again', { consumer: s.name, error: describeError(error) });
         await failed(error);
       }
     }

@@ -1,14 +1,15 @@
+import { sleep } from '../worker/sleep.ts';
+import type { StopControl } from '../worker/stop-control.ts';
 import type { PullSession } from './pull-messages.ts';
-import { sleep } from './sleep.ts';
 
 /**
- * Aborts `stop` once the runner holds and writes nothing and its consumer has nothing pending and nothing awaiting
+ * Stops the run once the runner holds and writes nothing and its consumer has nothing pending and nothing awaiting
  * acknowledgement (bounded runs, tests). Asks the broker every `everyMs`, and never sooner than that after the
  * last delivery; a broker that does not answer is asked again later.
  */
 export async function stopWhenIdle(
   d: { everyMs: number; session(): PullSession | undefined; busy(): boolean; lastDelivery(): number },
-  stop: AbortController,
+  stop: Pick<StopControl, 'signal' | 'stop'>,
 ): Promise<void> {
   while (!stop.signal.aborted) {
     await sleep(d.everyMs, stop.signal);
@@ -17,7 +18,7 @@ export async function stopWhenIdle(
     try {
       await session.nc.flush();
       const info = await session.consumer.info();
-      if (info.num_pending === 0 && info.num_ack_pending === 0 && !d.busy()) stop.abort();
+      if (info.num_pending === 0 && info.num_ack_pending === 0 && !d.busy()) stop.stop();
     } catch {
       // The broker is away or the consumer is being re-created; ask again later.
     }

@@ -7,7 +7,7 @@ export const subscriberDatabaseUrl = (template: string, name: string) => templat
 
 /**
  * Readies a subscriber's own libSQL database: WAL for a local file, the migrations in `folder`
- * (db/consumer-migrations: inbox, dead letters, the example read models) unless `migrate` is false, then drizzle
+ * (db/subscribers/<name>: the inbox tables and its own) unless `migrate` is false, then drizzle
  * over it. Call before its Writer is in use. The caller owns and closes the client.
  */
 export async function openSubscriberDatabase(client: Client, folder: string, options: { migrate?: boolean } = {}): Promise<Database> {

@@ -1,10 +1,10 @@
 import { isInfrastructureError } from '../db/infrastructure-error.ts';
 import type { Logger } from '../logger.ts';
-import { backoffDelay } from '../outbox/backoff.ts';
+import type { BackoffSettings } from '../worker/backoff.ts';
+import { createOutageBackoff } from '../worker/outage-backoff.ts';
 import { describeError, type InboxResult } from './handle-once.ts';
 import type { InboxMessage } from './inbox-message.ts';
 import type { InboxMetrics } from './inbox-metrics.ts';
-import { sleep } from './sleep.ts';
 
 /** Whether the subscriber's own database took the last write (`unavailable`: the runner holds messages for it). */
 export type DatabaseState = 'ok' | 'unavailable';
@@ -26,7 +26,7 @@ export function createBatchWrites(d: {
   log: Logger;
   metrics: InboxMetrics;
   processBatch: (msgs: InboxMessage[]) => Promise<InboxResult[]>;
-  backoff: { baseMs: number; maxMs: number; random?: (() => number) | undefined };
+  backoff: BackoffSettings;
 }): BatchWrites {
   const labels = { consumer: d.consumer };
   let state: DatabaseState = 'ok';
@@ -34,13 +34,14 @@ export function createBatchWrites(d: {
   return {
     state: () => state,
     async write(msgs, signal, events) {
-      for (let failures = 1; ; failures++) {
+      const outage = createOutageBackoff(d.backoff);
+      for (;;) {
         try {
           const results = await d.processBatch(msgs);
           if (state === 'unavailable') {
             state = 'ok';
             d.metrics.databaseAvailable.set(1, labels);
-            d.log.info('consumer: its database takes writes again; resuming', { consumer: d.consumer, failedWrites: failures - 1 });
+            d.log.info('consumer: its database takes writes again; resuming', { consumer: d.consumer, failedWrites: outage.failures() });
             events.recovered();
           }
           return results;
@@ -55,7 +56,7 @@ export function createBatchWrites(d: {
             else d.log.error('consumer: a write failed for a reason other than a handler; holding the messages and retrying the same write', fields);
           }
           if (signal.aborted) return undefined;
-          await sleep(backoffDelay(failures, d.backoff), signal);
+          await outage.backOff(signal);
           if (signal.aborted) return undefined;
         }
       }

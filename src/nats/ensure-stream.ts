@@ -15,7 +15,8 @@ export class UnsafeStreamConfigError extends Error {
 }
 
 /**
- * Creates the stream with the settings of DESIGN.md §4 when it is missing and returns its info.
+ * Creates the stream when it is missing, with the settings docs/architecture.md explains ("JetStream settings"), and
+ * returns its info.
  * Throws UnsafeStreamConfigError when an existing stream's duplicate window is shorter than ten times the
  * relay's maximum back-off, or when it does not capture `<prefix>.>`.
  */

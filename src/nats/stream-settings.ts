@@ -1,6 +1,6 @@
 import type { Config } from '../config.ts';
 
-/** What the relay and the consumers agree on about the stream (DESIGN.md §4). */
+/** What the relay and the consumers agree on about the stream (docs/architecture.md, "JetStream settings"). */
 export type StreamSettings = {
   name: string;
   prefix: string;

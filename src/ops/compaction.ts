@@ -2,6 +2,7 @@
 import { sqlOf, type Tx } from '../db/open-database.ts';
 import type { Writer } from '../db/writer.ts';
 import type { Logger } from '../logger.ts';
+import { sleep } from '../worker/sleep.ts';
 
 /** What a compaction did: rows deleted, and the write transactions that deleted any. */
 export type CompactResult = { deleted: number; batches: number };
@@ -44,7 +45,7 @@ export async function deleteInBatches<C>(
     }
     if (next === undefined) break;
     cursor = next;
-    await new Promise((resolve) => setTimeout(resolve, 0));
+    await sleep(0);
   }
   return result;
 }
@@ -102,16 +103,4 @@ export async function compactPeriodically(
     }
     wait = schedule.everyMs;
   }
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise<void>((resolve) => {
-    const timer = setTimeout(done, ms);
-    function done() {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-    signal.addEventListener('abort', done, { once: true });
-  });
 }

@@ -1,7 +1,7 @@
 import { headers as natsHeaders, type MsgHdrs } from '@nats-io/nats-core';
 import type { IntegrationEvent } from '../events/integration-event.ts';
 
-/** The message headers of an event (DESIGN.md §4); Nats-Msg-Id is set by the publish call's `msgID`. */
+/** The message headers of an event (docs/architecture.md, "JetStream settings"); Nats-Msg-Id is set by the publish call's `msgID`. */
 export function eventHeaders(event: IntegrationEvent, extra: { traceparent?: unknown; correlationId?: unknown } = {}): MsgHdrs {
   const h = natsHeaders();
   h.set('Event-Type', event.type);

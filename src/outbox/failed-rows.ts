@@ -37,14 +37,16 @@ export async function listFailed(db: Database, limit = 100): Promise<FailedRow[]
 }
 
 /**
- * Puts failed rows back to `pending` with attempts 0, due now (one row by id, or all when `id` is undefined).
- * Must be called inside a write transaction. Returns how many rows were re-queued.
+ * Puts failed rows back to `pending`, due at once (one row by id, or all when `id` is undefined). Their attempts
+ * keep counting: a re-queued row is tried again by the relay's next pass, before any later row of its aggregate,
+ * and parked again at once if it fails again. Must be called inside a write transaction. Returns how many rows
+ * were re-queued. (`nowMs` is unused: a re-queued row is due whatever the relay's clock says.)
  */
-export async function requeueFailed(tx: Tx, id: string | undefined, nowMs: number): Promise<number> {
+export async function requeueFailed(tx: Tx, id: string | undefined, _nowMs?: number): Promise<number> {
   const res = await tx.run(
     id === undefined
-      ? sql`UPDATE outbox SET status = 'pending', attempts = 0, available_at = ${nowMs} WHERE status = 'failed'`
-      : sql`UPDATE outbox SET status = 'pending', attempts = 0, available_at = ${nowMs} WHERE status = 'failed' AND id = ${id}`,
+      ? sql`UPDATE outbox SET status = 'pending', available_at = 0 WHERE status = 'failed'`
+      : sql`UPDATE outbox SET status = 'pending', available_at = 0 WHERE status = 'failed' AND id = ${id}`,
   );
   return res.rowsAffected;
 }

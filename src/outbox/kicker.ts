@@ -1,7 +1,7 @@
 import type { NatsConnection } from '@nats-io/nats-core';
 import type { Logger } from '../logger.ts';
 import type { ConnectNats } from '../nats/connect.ts';
-import { backoffDelay } from './backoff.ts';
+import { backoffDelay } from '../worker/backoff.ts';
 
 /** Wakes relays in other processes after a commit: best effort, one core-NATS message per burst of commits. */
 export type Kicker = { kick(): void; close(): Promise<void> };

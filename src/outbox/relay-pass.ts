@@ -4,7 +4,7 @@ import type { Database } from '../db/open-database.ts';
 import type { Writer } from '../db/writer.ts';
 import type { EventRegistry } from '../events/registry.ts';
 import { eventSubject } from '../nats/stream-settings.ts';
-import { backoffDelay } from './backoff.ts';
+import { backoffDelay } from '../worker/backoff.ts';
 import { eventHeaders } from './event-headers.ts';
 import type { OutboxMetrics } from './outbox-metrics.ts';
 import { createInFlight } from './in-flight.ts';
@@ -55,6 +55,13 @@ export type RelayPassResult = {
   brokerError?: unknown;
   /** The seqs acknowledged by the broker in this pass (marked sent by `marked`). */
   ackedSeqs: number[];
+  /**
+   * How far the fetch read the outbox: every pending row at or below it that this pass did not publish was held
+   * behind an earlier row of its aggregate (or was being marked). The next pass's floor, unless the caller resets it.
+   */
+  scannedTo: number;
+  /** True when a retried or re-queued row was acknowledged: rows held behind it may now be publishable. */
+  ackedRetry: boolean;
   /** Settles when the pass's acknowledged rows are marked sent (at once unless `deferMark`); never unhandled. */
   marked: Promise<void>;
 };
@@ -62,6 +69,8 @@ export type RelayPassResult = {
 export type RelayPassOptions = {
   /** Rows to leave out: acknowledged by an earlier pass whose mark-sent write is still running. */
   exclude?: readonly number[];
+  /** Read only rows above this seq, unless a retry is due (see FETCH_PENDING_SQL); 0 reads from the oldest. */
+  floor?: number;
   /** Return once the PubAcks are in, with the mark-sent write still running in `marked`. */
   deferMark?: boolean;
 };
@@ -95,8 +104,9 @@ function prepare(row: PendingRow, registry: EventRegistry, s: RelayPassSettings)
 export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, options: RelayPassOptions = {}): Promise<RelayPassResult> {
   const s = deps.settings;
   const nowMs = deps.clock().getTime();
-  const rows = await fetchPending(deps.db, nowMs, s.batch, options.exclude);
-  const result: RelayPassResult = { fetched: rows.length, published: 0, duplicates: 0, failed: 0, parked: 0, ackedSeqs: [], marked: Promise.resolve() };
+  const { rows, high } = await fetchPending(deps.db, nowMs, s.batch, options.exclude, options.floor);
+  const scannedTo = rows.length < s.batch ? high : rows.at(-1)!.seq;
+  const result: RelayPassResult = { fetched: rows.length, published: 0, duplicates: 0, failed: 0, parked: 0, ackedSeqs: [], scannedTo, ackedRetry: false, marked: Promise.resolve() };
   if (rows.length === 0) return result;
   if (deps.faults?.markBeforePublish) await deps.writer.write((tx) => markSent(tx, rows.map((r) => r.seq), nowMs));
   await deps.faults?.beforePublishing?.(rows);
@@ -173,6 +183,7 @@ export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, option
 
   for (const a of acked) {
     result.ackedSeqs.push(a.row.seq);
+    if (a.row.attempts > 0) result.ackedRetry = true;
     if (a.ack.duplicate) result.duplicates++;
     else result.published++;
     deps.metrics.lag.observe(Math.max(0, a.at - a.row.occurred_at) / 1000);

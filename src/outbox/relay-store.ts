@@ -14,18 +14,25 @@ export type PendingRow = {
 
 /**
  * The relay's fetch: up to `limit` publishable rows in commit (seq) order. A row is publishable when it is
- * `pending`, due (a fresh row always, whatever the clock of the process that wrote it; a retried row once its
- * back-off delay has passed), not among `exclude` (rows of the previous pass, already acknowledged, whose
+ * `pending`, due (a fresh row always, whatever the clock of the process that wrote it; a retried or re-queued row
+ * once its `available_at` has passed), not among `exclude` (rows of the previous pass, already acknowledged, whose
  * mark-sent write is still running), and no earlier row of its aggregate is parked (`failed`) or waiting out a
- * retry delay. There is no cursor: every pass reads from the oldest pending row, so a due retry or a re-queued
- * row is read by the next pass whatever the backlog, and it always comes before the later rows of its aggregate
- * (the result is a prefix of the publishable rows in seq order, so an earlier publishable row of an aggregate is
- * in the same result as any later one). The scan walks idx_outbox_status_seq; the hold check probes the tiny
- * partial index idx_outbox_retrying.
+ * retry delay. The result is a prefix of the publishable rows in seq order, so an earlier publishable row of an
+ * aggregate is in the same result as any later one.
+ *
+ * `?4` is the caller's floor: every pending row at or below it was held (or being marked) when last read, so the
+ * scan starts above it instead of walking a large held backlog on every pass. The floor is ignored — the scan
+ * starts at the oldest pending row — whenever a retried or re-queued row is due (idx_outbox_retry_due answers that
+ * in O(log n)): that is the only way a held row can become publishable without the caller noticing, and such a
+ * row is then read by this very pass, before any later row of its aggregate.
+ * The scan walks idx_outbox_status_seq; the hold check probes the partial index idx_outbox_retrying.
  */
 export const FETCH_PENDING_SQL = `SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.message_type, o.payload, o.headers, o.attempts, o.occurred_at
 FROM outbox o
 WHERE o.status = 'pending' AND (o.attempts = 0 OR o.available_at <= ?1)
+  AND o.seq > (CASE WHEN EXISTS (
+      SELECT 1 FROM outbox r INDEXED BY idx_outbox_retry_due WHERE r.attempts > 0 AND r.status = 'pending' AND r.available_at <= ?1
+    ) THEN 0 ELSE ?4 END)
   AND o.seq NOT IN (SELECT value FROM json_each(?3))
   AND NOT EXISTS (
     SELECT 1 FROM outbox h
@@ -35,10 +42,25 @@ WHERE o.status = 'pending' AND (o.attempts = 0 OR o.available_at <= ?1)
 ORDER BY o.seq
 LIMIT ?2`;
 
-/** Reads up to `limit` rows that may be published now, leaving out `exclude` (acknowledged rows still being marked). */
-export async function fetchPending(db: Database, nowMs: number, limit: number, exclude: readonly number[] = []): Promise<PendingRow[]> {
-  const res = await db.$client.execute({ sql: FETCH_PENDING_SQL, args: [nowMs, limit, JSON.stringify(exclude)] });
-  return res.rows as unknown as PendingRow[];
+/** The highest seq of the outbox, read in the same snapshot as the fetch (rows committed later are above it). */
+const HIGH_SEQ_SQL = 'SELECT coalesce(max(seq), 0) AS high FROM outbox';
+
+/** What the relay read in one snapshot: the publishable rows, and the highest seq the outbox had then. */
+export type Fetched = { rows: PendingRow[]; high: number };
+
+/**
+ * Reads up to `limit` rows that may be published now, above `floor` unless a retry is due, leaving out `exclude`
+ * (acknowledged rows still being marked), together with the outbox's highest seq in the same read transaction.
+ */
+export async function fetchPending(db: Database, nowMs: number, limit: number, exclude: readonly number[] = [], floor = 0): Promise<Fetched> {
+  const [fetched, high] = await db.$client.batch(
+    [
+      { sql: FETCH_PENDING_SQL, args: [nowMs, limit, JSON.stringify(exclude), floor] },
+      { sql: HIGH_SEQ_SQL, args: [] },
+    ],
+    'read',
+  );
+  return { rows: fetched!.rows as unknown as PendingRow[], high: Number(high!.rows[0]!.high) };
 }
 
 export const aggregateKey = (type: string, id: string) => `${type}\u0000${id}`;

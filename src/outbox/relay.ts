@@ -5,8 +5,10 @@ import type { ConnectNats } from '../nats/connect.ts';
 import { ensureStream, UnsafeStreamConfigError } from '../nats/ensure-stream.ts';
 import { kickSubject, type StreamSettings } from '../nats/stream-settings.ts';
 import type { Signal } from '../signal.ts';
-import { backoffDelay } from './backoff.ts';
 import { isInfrastructureError } from '../db/infrastructure-error.ts';
+import { createBrokerState, type BrokerState } from '../worker/broker-state.ts';
+import { createOutageBackoff } from '../worker/outage-backoff.ts';
+import { createStopControl, type StopOptions } from '../worker/stop-control.ts';
 import { relayPass, type RelayPassDeps } from './relay-pass.ts';
 
 export type RelayDeps = RelayPassDeps & {
@@ -18,10 +20,8 @@ export type RelayDeps = RelayPassDeps & {
   pollMs: number;
 };
 
-export type RelayRunOptions = {
-  /** Stops after the pass in flight when aborted (SIGTERM/SIGINT). */
-  signal?: AbortSignal;
-  timeLimitMs?: number;
+/** `signal` and `timeLimitMs` stop it after the pass in flight. */
+export type RelayRunOptions = StopOptions & {
   /** Stops once at least this many rows were acknowledged. */
   maxMessages?: number;
   /** Stops after the first pass that finds nothing to do (bounded runs, e.g. a cron tick). */
@@ -29,8 +29,6 @@ export type RelayRunOptions = {
 };
 
 export type RelayRunSummary = { passes: number; published: number; duplicates: number; failed: number; parked: number; brokerErrors: number };
-
-export type BrokerState = 'connecting' | 'connected' | 'unavailable';
 
 /** A relay worker; `run` loops until stopped and resolves with what it did. */
 export type Relay = { run(options?: RelayRunOptions): Promise<RelayRunSummary>; state(): BrokerState };
@@ -41,45 +39,25 @@ export type Relay = { run(options?: RelayRunOptions): Promise<RelayRunSummary>; 
  * broker is unavailable. An unsafe stream configuration is fatal: `run` rejects with UnsafeStreamConfigError.
  */
 export function createRelay(deps: RelayDeps): Relay {
-  let brokerState: BrokerState = 'connecting';
+  const broker = createBrokerState({ log: deps.log, unavailable: 'relay: broker unavailable, backing off', connected: 'relay: broker available, publishing' });
+  const backoff = { baseMs: deps.settings.backoffBaseMs, maxMs: deps.settings.maxBackoffMs, random: deps.random };
 
   return {
-    state: () => brokerState,
+    state: broker.state,
     async run(options = {}) {
       const summary: RelayRunSummary = { passes: 0, published: 0, duplicates: 0, failed: 0, parked: 0, brokerErrors: 0 };
-      const stop = new AbortController();
-      const timers: Array<ReturnType<typeof setTimeout>> = [];
-      const onAbort = () => stop.abort();
-      options.signal?.addEventListener('abort', onAbort, { once: true });
-      if (options.signal?.aborted) stop.abort();
-      if (options.timeLimitMs !== undefined) timers.push(setTimeout(onAbort, options.timeLimitMs));
+      const stop = createStopControl(options);
+      const brokerOutage = createOutageBackoff(backoff);
+      const databaseOutage = createOutageBackoff(backoff);
 
       let nc: NatsConnection | undefined;
       let kicks: Subscription | undefined;
       /** False until the stream is known to exist on this connection; set again after a broker error. */
       let streamReady = false;
-      let outage = 0;
-      let dbTrouble = 0;
       /** The previous pass's mark-sent write, still running, and the rows it marks (left out of the next fetch). */
       let marking: { done: Promise<void>; seqs: number[] } | undefined;
-      const sleep = (ms: number) =>
-        new Promise<void>((resolve) => {
-          const t = setTimeout(done, ms);
-          function done() {
-            clearTimeout(t);
-            stop.signal.removeEventListener('abort', done);
-            resolve();
-          }
-          stop.signal.addEventListener('abort', done, { once: true });
-        });
-      const backoff = (attempt: number) =>
-        backoffDelay(attempt, { baseMs: deps.settings.backoffBaseMs, maxMs: deps.settings.maxBackoffMs, random: deps.random });
-      const setState = (next: BrokerState, error?: unknown) => {
-        if (next === brokerState) return;
-        brokerState = next;
-        if (next === 'unavailable') deps.log.warn('relay: broker unavailable, backing off', { error: String(error) });
-        else if (next === 'connected') deps.log.info('relay: broker available, publishing');
-      };
+      /** Every pending row at or below this seq was held behind an earlier row of its aggregate when last read. */
+      let floor = 0;
       /**
        * The database could not be used (locked past the busy timeout, I/O error, disk full, unreachable): rows
        * acknowledged but not marked are published again later and acknowledged as duplicates. Anything else is
@@ -87,9 +65,8 @@ export function createRelay(deps: RelayDeps): Relay {
        */
       const onDatabaseTrouble = async (error: unknown) => {
         if (!isInfrastructureError(error)) throw error;
-        dbTrouble++;
         deps.log.warn('relay: database unavailable, backing off', { error: String(error) });
-        await sleep(backoff(dbTrouble));
+        await databaseOutage.backOff(stop.signal);
       };
       /** Waits for a mark-sent write; false (after backing off) when the database refused it. */
       const settle = async (done: Promise<void> | undefined): Promise<boolean> => {
@@ -100,6 +77,12 @@ export function createRelay(deps: RelayDeps): Relay {
           await onDatabaseTrouble(error);
           return false;
         }
+      };
+      /** The broker failed (connecting, ensuring the stream, or publishing): count it and back off. */
+      const onBrokerTrouble = async (error: unknown) => {
+        summary.brokerErrors++;
+        broker.set('unavailable', error);
+        await brokerOutage.backOff(stop.signal);
       };
 
       try {
@@ -121,11 +104,8 @@ export function createRelay(deps: RelayDeps): Relay {
               await nc?.close().catch(() => undefined);
               nc = undefined;
             }
-            outage++;
-            summary.brokerErrors++;
             deps.metrics.publishErrors.inc();
-            setState('unavailable', error);
-            await sleep(backoff(outage));
+            await onBrokerTrouble(error);
             continue;
           }
 
@@ -136,11 +116,13 @@ export function createRelay(deps: RelayDeps): Relay {
           try {
             pass = await relayPass(deps, jetstream(nc, { timeout: deps.settings.publishTimeoutMs }), {
               ...(marking ? { exclude: marking.seqs } : {}),
+              floor,
               deferMark: true,
             });
           } catch (error) {
             const previous = marking;
             marking = undefined;
+            floor = 0;
             await settle(previous?.done);
             await onDatabaseTrouble(error);
             continue;
@@ -149,12 +131,17 @@ export function createRelay(deps: RelayDeps): Relay {
           marking = undefined;
           const previousMarked = await settle(previous?.done);
           const full = pass.fetched >= deps.settings.batch;
+          // Rows at or below the floor were held when read; only a retry that comes due (the fetch itself notices),
+          // a retried row acknowledged here, rows left unpublished by a broker error, or a mark that did not commit
+          // can free one, so those read from the oldest pending row again.
+          floor = previousMarked && !pass.ackedRetry && pass.brokerError === undefined ? pass.scannedTo : 0;
           if (previousMarked && full && pass.failed === 0 && pass.brokerError === undefined) {
             marking = { done: pass.marked, seqs: pass.ackedSeqs };
           } else if (!(await settle(pass.marked))) {
+            floor = 0;
             continue;
           }
-          dbTrouble = 0;
+          databaseOutage.reset();
           summary.passes++;
           summary.published += pass.published;
           summary.duplicates += pass.duplicates;
@@ -162,15 +149,12 @@ export function createRelay(deps: RelayDeps): Relay {
           summary.parked += pass.parked;
 
           if (pass.brokerError !== undefined) {
-            outage++;
-            summary.brokerErrors++;
             streamReady = false;
-            setState('unavailable', pass.brokerError);
-            await sleep(backoff(outage));
+            await onBrokerTrouble(pass.brokerError);
             continue;
           }
-          outage = 0;
-          setState('connected');
+          brokerOutage.reset();
+          broker.set('connected');
           if (options.maxMessages !== undefined && summary.published + summary.duplicates >= options.maxMessages) break;
           if (!full) {
             if (options.untilIdle) break;
@@ -179,8 +163,7 @@ export function createRelay(deps: RelayDeps): Relay {
         }
       } finally {
         await marking?.done.catch((error: unknown) => deps.log.warn('relay: marking the last pass failed', { error: String(error) }));
-        timers.forEach(clearTimeout);
-        options.signal?.removeEventListener('abort', onAbort);
+        stop.dispose();
         kicks?.unsubscribe();
         await nc?.close().catch(() => undefined);
       }

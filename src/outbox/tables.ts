@@ -26,6 +26,11 @@ export const outbox = sqliteTable(
     index('idx_outbox_retrying')
       .on(t.aggregateType, t.aggregateId, t.seq)
       .where(sql`${t.attempts} > 0 AND ${t.status} != 'sent'`),
+    // Retried and re-queued rows not yet sent, by when they are due: the relay asks "is any retry due?" in
+    // O(log n) on every pass, to know when rows it skipped as held may have become publishable.
+    index('idx_outbox_retry_due')
+      .on(t.availableAt)
+      .where(sql`${t.attempts} > 0 AND ${t.status} = 'pending'`),
     check('outbox_status_check', sql`${t.status} IN ('pending','sent','failed')`),
   ],
 );

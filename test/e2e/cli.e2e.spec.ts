@@ -57,10 +57,11 @@ describe('cli - outbox commands', () => {
     expect(missing.code).toBe(1);
     expect(missing.stderr).toContain('no failed outbox row with id f1');
     expect((await w.cli(['outbox:retry-failed', '--all'])).stdout).toContain('1 row(s) re-queued');
-    const rows = await db.execute('SELECT id, status, attempts FROM outbox ORDER BY id');
-    expect(rows.rows.map((r) => [r.id, r.status, Number(r.attempts)])).toEqual([
-      ['f1', 'pending', 0],
-      ['f2', 'pending', 0],
+    // due at once; their attempts keep counting, so a row that fails again is parked again at once
+    const rows = await db.execute('SELECT id, status, attempts, available_at FROM outbox ORDER BY id');
+    expect(rows.rows.map((r) => [r.id, r.status, Number(r.attempts), Number(r.available_at)])).toEqual([
+      ['f1', 'pending', 5, 0],
+      ['f2', 'pending', 5, 0],
     ]);
   });
 
@@ -95,7 +96,7 @@ describe('cli - inbox commands', () => {
     const w = workspace();
     expect((await w.cli(['inbox:dead-letters', '--consumer', 'reporting'])).stdout).toContain('no dead letters for reporting');
     const db = w.open(w.env.CONSUMER_DATABASE_URL_TEMPLATE.replace('{name}', 'reporting'));
-    await db.execute(`INSERT INTO dead_letters (event_id, consumer, subject, payload, error, deliveries, dead_at) VALUES ('e1', 'reporting', 'events.order.x', 'not json', 'payload is not JSON', 1, 0)`);
+    await db.execute(`INSERT INTO dead_letters (event_id, consumer, subject, payload, error, deliveries, dead_at) VALUES ('e1', 'reporting', 'hono-outbox.order.x', 'not json', 'payload is not JSON', 1, 0)`);
     await db.execute(`INSERT INTO inbox (event_id, consumer, message_type, received_at) VALUES ('old', 'reporting', 'order.placed.v1', 0), ('new', 'reporting', 'order.placed.v1', ${Date.now()})`);
 
     const list = await w.cli(['inbox:dead-letters', '--consumer', 'reporting']);

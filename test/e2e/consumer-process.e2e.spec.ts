@@ -1,12 +1,15 @@
 import { createClient } from '@libsql/client';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { natsClient } from '../support/relay.ts';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createTempDir, orderBody } from '../support/db.ts';
-import { startNats } from '../support/nats.ts';
-import { FAULT_ENTRY, freePort, runtimeCommand, spawnChild, spawnService, waitForHttp, type ChildHandle } from '../support/process.ts';
-import { eventually } from '../support/service.ts';
+import { createTempDir } from '../support/db.ts';
+import { eventually } from '../support/eventually.ts';
+import { postJson } from '../support/http.ts';
+import { natsClient, startNats } from '../support/nats.ts';
+import { FAULT_ENTRY, FIXTURE_ENTRY, freePort, overHttp, runtimeCommand, spawnChild, spawnService, waitForHttp, withOutput, type ChildHandle } from '../support/process.ts';
+
+// The fixture service (test/support/fixture) as real processes: its API and relay, and its `balances` subscriber
+// alone, so this test keeps running when the example is deleted.
 
 const cleanups: Array<() => Promise<unknown> | unknown> = [];
 afterEach(async () => {
@@ -30,30 +33,36 @@ describe('subscriber process - crashes', () => {
       RELAY_BACKOFF_BASE_MS: '100',
       RELAY_MAX_BACKOFF_MS: '1000',
     };
-    const api = await spawnService('node', 'src/entry/node.ts', { ...env, ROLES: 'api,relay' });
+    const api = await spawnService('node', FIXTURE_ENTRY, { ...env, ROLES: 'api,relay' });
     cleanups.push(() => api.kill9());
     await waitForHttp(`${api.url}/health`, { child: api });
 
     const metricsPort = await freePort();
-    // with a fault, the fault entry (crash hooks live in test code only); otherwise the production entry
+    // with a fault, the fault entry (crash hooks live in test code only); otherwise the fixture's entry
     const consumer = (fault?: string): ChildHandle => {
-      const { cmd, args } = fault ? runtimeCommand('node', FAULT_ENTRY) : runtimeCommand('node', 'src/entry/consume.ts');
-      const entryArgs = fault ? ['consume', 'reporting'] : ['reporting'];
-      const child = spawnChild(cmd, [...args, ...entryArgs], { ...env, METRICS_PORT: String(metricsPort), ...(fault ? { HONO_OUTBOX_TEST_FAULT: fault } : {}) });
+      const { cmd, args } = runtimeCommand('node', fault ? FAULT_ENTRY : FIXTURE_ENTRY);
+      const entryArgs = fault ? ['--fixture', 'consume', 'balances'] : [];
+      const roles: Record<string, string> = fault ? { HONO_OUTBOX_TEST_FAULT: fault } : { ROLES: 'consumers', CONSUMERS: 'balances' };
+      const child = spawnChild(cmd, [...args, ...entryArgs], { ...env, METRICS_PORT: String(metricsPort), ...roles });
       cleanups.push(() => child.kill9());
       return child;
     };
 
-    let placed = 0;
-    let totalCents = 0;
-    let placing = true;
+    // each round opens an account and credits it: two events of one aggregate
+    let opened = 0;
+    let credited = 0;
+    let loading = true;
     const load = (async () => {
-      while (placing) {
-        const body = orderBody({ customerId: 'crash-customer' });
-        const res = await fetch(`${api.url}/orders`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-        expect(res.status).toBe(201);
-        placed++;
-        totalCents += ((await res.json()) as { totalCents: number }).totalCents;
+      const http = overHttp(api.url);
+      for (let round = 1; loading; round++) {
+        const open = await postJson(http, '/accounts', { owner: 'crash-owner' });
+        expect(open.status).toBe(201);
+        opened++;
+        const { accountId } = (await open.json()) as { accountId: string };
+        const deposit = await postJson(http, `/accounts/${accountId}/deposit`, { amountCents: round });
+        expect(deposit.status).toBe(200);
+        await deposit.body?.cancel();
+        credited += round;
         await sleep(5);
       }
     })();
@@ -66,30 +75,31 @@ describe('subscriber process - crashes', () => {
       await sleep(delay);
       await c.kill9();
     }
-    placing = false;
+    loading = false;
     await load;
 
     const last = consumer();
     const reportUrl = `http://127.0.0.1:${metricsPort}/metrics`;
     await waitForHttp(reportUrl, { child: last });
-    const reporting = createClient({ url: env.CONSUMER_DATABASE_URL_TEMPLATE.replace('{name}', 'reporting') });
-    cleanups.push(() => reporting.close());
-    const report = async () =>
-      (await reporting.execute("SELECT orders_placed, total_cents FROM customer_reports WHERE customer_id = 'crash-customer'")).rows[0];
-    expect(await eventually(async () => Number((await report())?.orders_placed ?? 0) >= placed, 30_000)).toBe(true);
+    const balances = createClient({ url: env.CONSUMER_DATABASE_URL_TEMPLATE.replace('{name}', 'balances') });
+    cleanups.push(() => balances.close());
+    const counters = async () =>
+      (await balances.execute("SELECT accounts_opened, credited_cents FROM owner_balances WHERE owner = 'crash-owner'")).rows[0];
+    await withOutput(last, eventually(async () => Number((await counters())?.credited_cents ?? 0) >= credited, { timeoutMs: 30_000, what: 'every deposit in the balances' }));
     await sleep(1500); // longer than ack_wait: any straggling redelivery has arrived
 
-    const row = await report();
-    expect(Number(row!.orders_placed)).toBe(placed);
-    expect(Number(row!.total_cents)).toBe(totalCents);
-    const inbox = await reporting.execute("SELECT count(*) FROM inbox WHERE consumer = 'reporting'");
-    expect(Number(inbox.rows[0]![0])).toBe(placed);
+    const row = await counters();
+    expect(Number(row!.accounts_opened)).toBe(opened);
+    expect(Number(row!.credited_cents)).toBe(credited);
+    const events = opened * 2;
+    const inbox = await balances.execute("SELECT count(*) FROM inbox WHERE consumer = 'balances'");
+    expect(Number(inbox.rows[0]![0])).toBe(events);
     // the broker delivered more often than there are messages: the crashes did cause redeliveries, and the
     // exact counts above show the inbox recognised every one of them
     const nc = await natsClient(nats.url);
-    const info = await (await jetstreamManager(nc)).consumers.info('EVENTS', 'reporting');
+    const info = await (await jetstreamManager(nc)).consumers.info('HONO_OUTBOX', 'hono-outbox-balances');
     await nc.close();
-    expect(info.delivered.consumer_seq).toBeGreaterThan(placed);
+    expect(info.delivered.consumer_seq).toBeGreaterThan(events);
     expect(info.num_pending + info.num_ack_pending).toBe(0);
     await last.stop('SIGTERM');
   });

@@ -1,9 +1,11 @@
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createTempDir, orderBody } from '../support/db.ts';
+import { createTempDir } from '../support/db.ts';
+import { eventually } from '../support/eventually.ts';
+import { orderBody } from '../support/example-orders.ts';
+import { postJson } from '../support/http.ts';
 import { startNats } from '../support/nats.ts';
-import { FAULT_ENTRY, spawnService, waitForHttp } from '../support/process.ts';
-import { eventually, json } from '../support/service.ts';
+import { FAULT_ENTRY, overHttp, spawnService, waitForHttp, withOutput } from '../support/process.ts';
 
 const cleanups: Array<() => Promise<unknown> | unknown> = [];
 afterEach(async () => {
@@ -32,16 +34,12 @@ describe('process - errors nobody handled', () => {
     ['uncaught exception', 'info', 'injected uncaught exception'],
     ['unhandled rejection', 'silent', 'injected unhandled rejection'],
   ])('an %s is logged as one JSON error line with its stack, then the service stops gracefully and exits 1 (LOG_LEVEL=%s)', async (what, level, message) => {
-    const api = await spawnService('node', FAULT_ENTRY, {
-      ...workspace(),
-      ROLES: 'api',
-      NATS_URL: 'nats://127.0.0.1:1',
-      LOG_LEVEL: level,
-      HONO_OUTBOX_TEST_FAULT: `${what.replace(' ', '-')}:1500`,
-    });
+    // the fixture service (test/support/fixture) with the crash hooks
+    const env = { ...workspace(), ROLES: 'api', NATS_URL: 'nats://127.0.0.1:1', LOG_LEVEL: level, HONO_OUTBOX_TEST_FAULT: `${what.replace(' ', '-')}:1500` };
+    const api = await spawnService('node', FAULT_ENTRY, env, ['--fixture']);
     cleanups.push(() => api.kill9());
     await waitForHttp(`${api.url}/health`, { child: api });
-    expect((await fetch(`${api.url}/orders`, json(orderBody()))).status).toBe(201);
+    expect((await postJson(overHttp(api.url), '/accounts', { owner: 'ann' })).status).toBe(201);
 
     const exit = await api.exited;
     expect(exit, api.output()).toEqual({ code: 1, signal: null });
@@ -69,9 +67,9 @@ describe('process - fault injection is not in production entries', () => {
     });
     cleanups.push(() => service.kill9());
     await waitForHttp(`${service.url}/health`, { child: service });
-    for (let i = 0; i < 3; i++) expect((await fetch(`${service.url}/orders`, json(orderBody()))).status).toBe(201);
-    const published = await eventually(async () => /^outbox_published_total 3$/m.test(await (await fetch(`${service.url}/metrics`)).text()), 20_000);
-    expect(published, service.output()).toBe(true);
+    for (let i = 0; i < 3; i++) expect((await postJson(overHttp(service.url), '/orders', orderBody())).status).toBe(201);
+    const published = async () => /^outbox_published_total 3$/m.test(await (await fetch(`${service.url}/metrics`)).text());
+    await withOutput(service, eventually(published, { timeoutMs: 20_000, what: 'three events published' }));
     expect(service.proc.exitCode).toBeNull();
     expect(await service.stop('SIGTERM'), service.output()).toEqual({ code: 0, signal: null });
   });

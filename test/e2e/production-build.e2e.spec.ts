@@ -4,12 +4,14 @@ import { createClient } from '@libsql/client';
 import { cpSync, existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createTempDir, orderBody } from '../support/db.ts';
-import { startNats } from '../support/nats.ts';
-import { freePort, ROOT, waitForHttp } from '../support/process.ts';
+import { createTempDir } from '../support/db.ts';
+import { eventually } from '../support/eventually.ts';
+import { orderBody } from '../support/example-orders.ts';
+import { postJson } from '../support/http.ts';
+import { natsClient, startNats } from '../support/nats.ts';
+import { freePort, overHttp, ROOT, waitForHttp, withOutput } from '../support/process.ts';
 import { runGroupToExit, spawnGroup } from '../support/process-group.ts';
-import { natsClient, readStream } from '../support/relay.ts';
-import { eventually, json } from '../support/service.ts';
+import { readStream } from '../support/stream.ts';
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
@@ -98,15 +100,15 @@ describe('production build - dist/ with production dependencies, started as the 
     expect(await health.json()).toEqual({ status: 'ok' });
     expect(await healthcheck(app.dir, stage.healthcheck, env)).toBe(0);
 
-    const placed = await fetch(`${url}/orders`, json(orderBody()));
+    const placed = await postJson(overHttp(url), '/orders', orderBody());
     expect(placed.status, service.output()).toBe(201);
     const { orderId } = (await placed.json()) as { orderId: string };
 
     const metrics = await fetch(`${url}/metrics`);
     expect(metrics.status).toBe(200);
     expect(await metrics.text()).toContain('outbox_published_total');
-    const published = await eventually(async () => /^outbox_published_total 1$/m.test(await (await fetch(`${url}/metrics`)).text()), 20_000);
-    expect(published, service.output()).toBe(true);
+    const published = async () => /^outbox_published_total 1$/m.test(await (await fetch(`${url}/metrics`)).text());
+    await withOutput(service, eventually(published, { timeoutMs: 20_000, what: 'the order published' }));
 
     // the event in the stream carries the outbox row's id as Nats-Msg-Id
     const client = createClient({ url: `file:${dbPath}`, timeout: 5000 });
@@ -115,12 +117,12 @@ describe('production build - dist/ with production dependencies, started as the 
     expect(row.status).toBe('sent');
     const nc = await natsClient(nats.url);
     cleanups.push(() => nc.close());
-    const stream = await readStream(nc, 'EVENTS');
+    const stream = await readStream(nc, 'HONO_OUTBOX');
     expect(stream.map((m) => m.headers['Nats-Msg-Id'])).toEqual([String(row.id)]);
 
-    // the default ROLES run the subscribers too: their migrations (db/consumer-migrations) are found from dist/
+    // the default ROLES run the subscribers too: their migrations (db/subscribers/<name>) are found from dist/
     const report = async () => (await (await fetch(`${url}/reports/customers/${orderBody().customerId}`)).json()) as { ordersPlaced?: number };
-    expect(await eventually(async () => (await report()).ordersPlaced === 1, 20_000), service.output()).toBe(true);
+    await withOutput(service, eventually(async () => (await report()).ordersPlaced === 1, { timeoutMs: 20_000, what: 'the order in the report' }));
 
     // the operational CLI runs from dist/ as well
     const stats = await runGroupToExit(process.execPath, ['dist/entry/cli.js', 'outbox:stats'], env, { cwd: app.dir, timeoutMs: 30_000 });

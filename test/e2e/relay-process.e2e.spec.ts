@@ -3,16 +3,22 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { nanos } from '@nats-io/nats-core';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { registryOf } from '../../src/compose/define-modules.ts';
+import { migrateDatabase } from '../../src/db/migrate.ts';
 import { createDatabase } from '../../src/db/open-database.ts';
 import { createDeps } from '../../src/deps.ts';
 import { silentLogger } from '../../src/logger.ts';
-import { placeOrder } from '../../src/orders/place-order.ts';
-import { migrateDatabase } from '../../src/db/migrate.ts';
-import { createTempDir, createTestDb, MIGRATIONS, orderBody } from '../support/db.ts';
-import { startNats, type NatsServer } from '../support/nats.ts';
-import { FAULT_ENTRY, freePort, runtimeCommand, spawnChild, spawnService, waitForHttp, type ChildHandle } from '../support/process.ts';
-import { natsClient, readStream } from '../support/relay.ts';
-import { eventually } from '../support/service.ts';
+import { accountCommands } from '../support/accounts.ts';
+import { createTempDir, createTestDb } from '../support/db.ts';
+import { eventually } from '../support/eventually.ts';
+import { FIXTURE_MIGRATIONS, fixtureModules } from '../support/fixture/modules.ts';
+import { postJson } from '../support/http.ts';
+import { natsClient, startNats, type NatsServer } from '../support/nats.ts';
+import { FAULT_ENTRY, FIXTURE_ENTRY, freePort, overHttp, runtimeCommand, spawnChild, spawnService, waitForHttp, withOutput, type ChildHandle } from '../support/process.ts';
+import { readStream } from '../support/stream.ts';
+
+// The relay of the fixture service (test/support/fixture: accounts opened, credited and closed) as a real process,
+// started as the service starts it (ROLES=relay), so these tests keep running when the example is deleted.
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
@@ -33,10 +39,10 @@ async function setup() {
   return { nats, tmp, dbUrl, client, env };
 }
 
-/** The production relay entry, or with `fault` (HONO_OUTBOX_TEST_FAULT) the fault entry: crash hooks live in test code only. */
+/** The fixture's relay process, or with `fault` (HONO_OUTBOX_TEST_FAULT) the fault entry's: crash hooks live in test code only. */
 function startRelay(env: Record<string, string>, fault?: string): ChildHandle {
-  const { cmd, args } = runtimeCommand('node', fault ? FAULT_ENTRY : 'src/entry/relay.ts');
-  const child = spawnChild(cmd, fault ? [...args, 'relay'] : args, fault ? { ...env, HONO_OUTBOX_TEST_FAULT: fault } : env);
+  const { cmd, args } = runtimeCommand('node', fault ? FAULT_ENTRY : FIXTURE_ENTRY);
+  const child = spawnChild(cmd, fault ? [...args, '--fixture', 'relay'] : args, fault ? { ...env, HONO_OUTBOX_TEST_FAULT: fault } : { ...env, ROLES: 'relay' });
   cleanups.push(() => void child.kill9());
   return child;
 }
@@ -48,7 +54,7 @@ async function count(client: Client, where: string): Promise<number> {
 async function streamIds(nats: NatsServer): Promise<string[]> {
   const nc = await natsClient(nats.url);
   try {
-    return (await readStream(nc, 'EVENTS')).map((m) => m.headers['Nats-Msg-Id']!);
+    return (await readStream(nc, 'HONO_OUTBOX')).map((m) => m.headers['Nats-Msg-Id']!);
   } finally {
     await nc.close();
   }
@@ -56,19 +62,25 @@ async function streamIds(nats: NatsServer): Promise<string[]> {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** The fixture's API process (ROLES=api), answering /health. */
+async function startApi(env: Record<string, string>) {
+  const api = await spawnService('node', FIXTURE_ENTRY, { ...env, ROLES: 'api' });
+  cleanups.push(() => void api.kill9());
+  await waitForHttp(`${api.url}/health`, { child: api });
+  return api;
+}
+
 describe('relay process - crashes and stops', () => {
   it('a relay SIGKILLed mid-run under a stream of commands, then restarted, leaves every committed event in the stream exactly once', async () => {
     const { nats, client, env } = await setup();
-    const api = await spawnService('node', 'src/entry/node.ts', { ...env, ROLES: 'api' });
-    cleanups.push(() => void api.kill9());
-    await waitForHttp(`${api.url}/health`, { child: api });
+    const api = await startApi(env);
 
     let placing = true;
     let placed = 0;
     const load = (async () => {
       const workers = Array.from({ length: 6 }, async () => {
         while (placing) {
-          const res = await fetch(`${api.url}/orders`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(orderBody()) });
+          const res = await postJson(overHttp(api.url), '/accounts', { owner: 'crash' });
           expect(res.status).toBe(201);
           placed++;
         }
@@ -91,7 +103,7 @@ describe('relay process - crashes and stops', () => {
     const total = await count(client, '1 = 1');
     expect(placed).toBeGreaterThan(0);
     expect(total).toBe(placed);
-    expect(await eventually(async () => (await count(client, "status = 'sent'")) === total, 30_000)).toBe(true);
+    await eventually(async () => (await count(client, "status = 'sent'")) === total, { timeoutMs: 30_000, what: 'every row sent' });
     await relay.stop('SIGTERM');
 
     const ids = await streamIds(nats);
@@ -102,18 +114,12 @@ describe('relay process - crashes and stops', () => {
 
   it('SIGTERM during a large backlog exits 0 with every acknowledged row marked sent', async () => {
     const { nats, client, env, dbUrl } = await setup();
-    const seed = await createTestDb();
-    cleanups.push(() => seed.close());
-    // build the backlog in a database file of its own, then point the relay at a copy via VACUUM INTO
-    for (let i = 0; i < 20; i++) {
-      await Promise.all(Array.from({ length: 500 }, () => seed.deps.writer.write((tx) => placeOrder(tx, seed.deps, orderBody() as never))));
-    }
-    await seed.client.execute({ sql: 'VACUUM INTO ?', args: [dbUrl.slice('file:'.length)] });
+    await withBacklog(dbUrl, 10_000);
     const total = await count(client, '1 = 1');
     expect(total).toBe(10_000);
 
     const relay = startRelay({ ...env, RELAY_BATCH: '200', RELAY_MAX_IN_FLIGHT: '16' });
-    expect(await eventually(async () => (await count(client, "status = 'sent'")) > 0, 20_000)).toBe(true);
+    await eventually(async () => (await count(client, "status = 'sent'")) > 0, { timeoutMs: 20_000, what: 'a first row sent' });
     const exit = await relay.stop('SIGTERM');
     expect(exit.code).toBe(0);
 
@@ -127,41 +133,44 @@ describe('relay process - crashes and stops', () => {
     const { nats, env } = await setup();
     const nc = await natsClient(nats.url);
     const jsm = await jetstreamManager(nc);
-    await jsm.streams.add({ name: 'EVENTS', subjects: ['events.>'], duplicate_window: nanos(60_000) });
+    await jsm.streams.add({ name: 'HONO_OUTBOX', subjects: ['hono-outbox.>'], duplicate_window: nanos(60_000) });
     await nc.close();
     const relay = startRelay({ ...env, RELAY_MAX_BACKOFF_MS: '30000' });
     const exit = await relay.exited;
     expect(exit.code).toBe(1);
-    expect(relay.stderr()).toContain('Refusing to start: stream EVENTS has a duplicate window of 60000 ms, shorter than 10 × the relay\'s maximum back-off (300000 ms)');
+    expect(relay.stderr()).toContain('Refusing to start: stream HONO_OUTBOX has a duplicate window of 60000 ms, shorter than 10 × the relay\'s maximum back-off (300000 ms)');
   });
 
   it('a commit in the API process wakes a relay process through the kick subject, long before its poll interval', async () => {
     const { nats, env } = await setup();
     const metricsPort = await freePort();
     const relay = startRelay({ ...env, RELAY_POLL_MS: '60000', METRICS_PORT: String(metricsPort) });
-    await eventually(async () => {
-      const res = await fetch(`http://127.0.0.1:${metricsPort}/ready`).catch(() => undefined);
-      return res ? ((await res.json()) as { nats: string }).nats === 'connected' : false;
-    }, 20_000);
-    const api = await spawnService('node', 'src/entry/node.ts', { ...env, ROLES: 'api' });
-    cleanups.push(() => void api.kill9());
-    await waitForHttp(`${api.url}/health`, { child: api });
+    await withOutput(
+      relay,
+      eventually(
+        async () => {
+          const res = await fetch(`http://127.0.0.1:${metricsPort}/ready`).catch(() => undefined);
+          return res ? ((await res.json()) as { nats: string }).nats === 'connected' : false;
+        },
+        { timeoutMs: 20_000, what: 'the relay connected' },
+      ),
+    );
+    const api = await startApi(env);
     await sleep(500); // the API's kicker connects in the background
-    const res = await fetch(`${api.url}/orders`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(orderBody()) });
+    const res = await postJson(overHttp(api.url), '/accounts', { owner: 'kick' });
     expect(res.status).toBe(201);
     // bounded well below the 60 s poll: only a kick can deliver it in time
-    expect(await eventually(async () => (await streamIds(nats)).length === 1, 15_000)).toBe(true);
+    await eventually(async () => (await streamIds(nats)).length === 1, { timeoutMs: 15_000, what: 'the event on the stream' });
     await relay.stop('SIGTERM');
   });
 });
 
-/** A database file holding `orders` pending orders, built elsewhere and copied in (fast, one file). */
-async function withBacklog(dbUrl: string, orders: number): Promise<void> {
+/** Puts at `dbUrl` a fixture database holding `rows` pending outbox rows (accounts opened), built elsewhere and copied in (fast, one file). */
+async function withBacklog(dbUrl: string, rows: number): Promise<void> {
   const seed = await createTestDb();
   try {
-    for (let done = 0; done < orders; done += 500) {
-      await Promise.all(Array.from({ length: Math.min(500, orders - done) }, () => seed.deps.writer.write((tx) => placeOrder(tx, seed.deps, orderBody() as never))));
-    }
+    const accounts = accountCommands(seed.deps);
+    for (let done = 0; done < rows; done += 500) await accounts.openMany(Math.min(500, rows - done));
     await seed.client.execute({ sql: 'VACUUM INTO ?', args: [dbUrl.slice('file:'.length)] });
   } finally {
     seed.close();
@@ -173,7 +182,7 @@ describe('relay process - edges', () => {
     const { nats, client, env, dbUrl } = await setup();
     await withBacklog(dbUrl, 10_000);
     const relay = startRelay({ ...env, RELAY_BATCH: '200', DATABASE_BUSY_TIMEOUT_MS: '200' });
-    expect(await eventually(async () => (await count(client, "status = 'sent'")) > 0, 20_000), relay.output()).toBe(true);
+    await withOutput(relay, eventually(async () => (await count(client, "status = 'sent'")) > 0, { timeoutMs: 20_000, what: 'a first row sent' }));
 
     const locker = createClient({ url: dbUrl, timeout: 5000 });
     cleanups.push(() => locker.close());
@@ -184,7 +193,7 @@ describe('relay process - edges', () => {
     await lock.rollback();
     lock.close();
 
-    expect(await eventually(async () => (await count(client, "status = 'sent'")) === 10_000, 60_000)).toBe(true);
+    await withOutput(relay, eventually(async () => (await count(client, "status = 'sent'")) === 10_000, { timeoutMs: 60_000, what: 'the backlog drained' }));
     expect(relay.proc.exitCode, relay.output()).toBeNull();
     const ids = await streamIds(nats);
     expect(ids).toHaveLength(10_000);
@@ -193,20 +202,20 @@ describe('relay process - edges', () => {
 
   it('re-creates a stream an operator deleted and publishes what is pending, without a restart or any other process', async () => {
     const { nats, client, env } = await setup();
-    await migrateDatabase(client, MIGRATIONS);
-    const deps = createDeps(createDatabase(client), silentLogger);
+    await migrateDatabase(client, FIXTURE_MIGRATIONS.service);
+    const accounts = accountCommands(createDeps(createDatabase(client), silentLogger, registryOf(fixtureModules)));
     const relay = startRelay(env);
-    await deps.writer.write((tx) => placeOrder(tx, deps, orderBody() as never));
-    expect(await eventually(async () => (await count(client, "status = 'sent'")) === 1, 20_000)).toBe(true);
+    await accounts.open();
+    await withOutput(relay, eventually(async () => (await count(client, "status = 'sent'")) === 1, { timeoutMs: 20_000, what: 'the first event sent' }));
 
     const nc = await natsClient(nats.url);
     try {
-      await (await jetstreamManager(nc)).streams.delete('EVENTS');
+      await (await jetstreamManager(nc)).streams.delete('HONO_OUTBOX');
     } finally {
       await nc.close();
     }
-    await deps.writer.write((tx) => placeOrder(tx, deps, orderBody() as never));
-    expect(await eventually(async () => (await count(client, "status = 'sent'")) === 2, 20_000), relay.output()).toBe(true);
+    await accounts.open();
+    await withOutput(relay, eventually(async () => (await count(client, "status = 'sent'")) === 2, { timeoutMs: 20_000, what: 'the second event sent to a re-created stream' }));
     const second = (await client.execute("SELECT id FROM outbox ORDER BY seq DESC LIMIT 1")).rows[0]![0];
     expect(await streamIds(nats)).toEqual([second]);
     expect((await relay.stop('SIGTERM')).code).toBe(0);

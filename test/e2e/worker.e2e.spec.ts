@@ -6,12 +6,13 @@ import { millis } from '@nats-io/nats-core';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createTempDir, orderBody } from '../support/db.ts';
-import { startNats } from '../support/nats.ts';
-import { freePort, ROOT, waitForHttp, type ChildHandle } from '../support/process.ts';
+import { createTempDir } from '../support/db.ts';
+import { eventually } from '../support/eventually.ts';
+import { orderBody } from '../support/example-orders.ts';
+import { postJson } from '../support/http.ts';
+import { natsClient, startNats } from '../support/nats.ts';
+import { freePort, overHttp, ROOT, waitForHttp, withOutput, type ChildHandle } from '../support/process.ts';
 import { runGroupToExit, spawnGroup } from '../support/process-group.ts';
-import { natsClient } from '../support/relay.ts';
-import { eventually, json } from '../support/service.ts';
 
 const WRANGLER = join(ROOT, 'node_modules/wrangler/bin/wrangler.js');
 /** Keeps wrangler off the network: no telemetry, no update check, no download of the `Request.cf` object. */
@@ -69,7 +70,7 @@ describe('worker - the Workers entry bundled by wrangler and run in workerd', ()
     expect(health.status).toBe(200);
     expect(await health.json()).toEqual({ status: 'ok' });
 
-    const placed = await fetch(`${worker.url}/orders`, json(orderBody()));
+    const placed = await postJson(overHttp(worker.url), '/orders', orderBody());
     expect(placed.status, worker.child.output()).toBe(503);
     expect(placed.headers.get('content-type')).toBe('application/problem+json');
     expect(placed.headers.get('retry-after')).toBe('1');
@@ -84,7 +85,7 @@ describe('worker - the Workers entry bundled by wrangler and run in workerd', ()
     expect(await ready.json()).toMatchObject({ status: 'unavailable', database: 'unavailable' });
 
     // invalid input is still refused before any database work
-    const invalid = await fetch(`${worker.url}/orders`, json({}));
+    const invalid = await postJson(overHttp(worker.url), '/orders', {});
     expect(invalid.status).toBe(400);
     await invalid.body?.cancel();
   });
@@ -105,14 +106,13 @@ describe('worker - the Workers entry bundled by wrangler and run in workerd', ()
     const nc = await natsClient(nats.url);
     cleanups.push(() => nc.close());
     const jsm = await jetstreamManager(nc);
-    const info = await eventually(() => jsm.streams.info('EVENTS').catch(() => undefined), 20_000);
-    expect(info, worker.child.output()).toBeDefined();
-    expect(info!.config.subjects).toEqual(['events.>']);
+    const info = await withOutput(worker.child, eventually(() => jsm.streams.info('HONO_OUTBOX').catch(() => undefined), { timeoutMs: 20_000, what: 'the stream' }));
+    expect(info!.config.subjects).toEqual(['hono-outbox.>']);
     expect(millis(info!.config.duplicate_window)).toBe(10 * 60 * 1000);
     expect(info!.state.messages).toBe(0);
 
     // then the pass needs the outbox, which no libSQL server here can provide: it backs off and says so
-    const failed = await eventually(async () => worker.child.output().includes('relay: database unavailable, backing off'), 20_000);
-    expect(failed, worker.child.output()).toBe(true);
+    const backingOff = async () => worker.child.output().includes('relay: database unavailable, backing off');
+    await withOutput(worker.child, eventually(backingOff, { timeoutMs: 20_000, what: 'the relay backing off' }));
   });
 });

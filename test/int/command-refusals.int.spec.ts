@@ -4,12 +4,15 @@ import { createClient, type Client, type Transaction } from '@libsql/client';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createApp } from '../../src/app.ts';
+import { registryOf } from '../../src/compose/define-modules.ts';
 import { migrateDatabase } from '../../src/db/migrate.ts';
 import { createDatabase, prepareLocalDatabase } from '../../src/db/open-database.ts';
 import { createDeps } from '../../src/deps.ts';
 import { createUuidV7 } from '../../src/ids.ts';
 import { silentLogger } from '../../src/logger.ts';
-import { createTempDir, MIGRATIONS, orderBody } from '../support/db.ts';
+import { countRows, createTempDir } from '../support/db.ts';
+import { FIXTURE_MIGRATIONS, fixtureModules } from '../support/fixture/modules.ts';
+import { postJson } from '../support/http.ts';
 
 const cleanups: Array<() => void> = [];
 afterEach(() => {
@@ -64,11 +67,11 @@ async function watchedApp() {
   const real = createClient({ url, timeout: 5000 });
   cleanups.push(() => real.close());
   await prepareLocalDatabase(real);
-  await migrateDatabase(real, MIGRATIONS);
+  await migrateDatabase(real, FIXTURE_MIGRATIONS.service);
   const { client, counts } = watchedClient(real);
   let idsDrawn = 0;
   const uuid = createUuidV7();
-  const deps = createDeps(createDatabase(client), silentLogger, {
+  const deps = createDeps(createDatabase(client), silentLogger, registryOf(fixtureModules), {
     newId: () => {
       idsDrawn++;
       return uuid();
@@ -76,27 +79,24 @@ async function watchedApp() {
   });
   const fresh = createClient({ url });
   cleanups.push(() => fresh.close());
-  return { app: createApp(deps), counts, idsDrawn: () => idsDrawn, fresh };
+  return { app: createApp(deps, { contexts: fixtureModules.contexts }), counts, idsDrawn: () => idsDrawn, fresh };
 }
 
-const post = (app: ReturnType<typeof createApp>, path: string, body: unknown, headers: Record<string, string> = {}) =>
-  app.request(path, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
-
 describe('command refusals - a refused command costs only itself', () => {
-  it('404, 409 and 422 answered among 30 concurrent placements: their shared transactions commit with no rollback, no savepoint and no command run twice', async () => {
+  it('404, 409 and 422 answered among 30 concurrent commands: their shared transactions commit with no rollback, no savepoint and no command run twice', async () => {
     const { app, counts, idsDrawn, fresh } = await watchedApp();
-    const placed = (await (await post(app, '/orders', orderBody())).json()) as { orderId: string };
-    expect((await post(app, `/orders/${placed.orderId}/cancel`, {})).status).toBe(200);
-    expect((await post(app, '/orders', orderBody(), { 'idempotency-key': 'k-1' })).status).toBe(201);
+    const opened = (await (await postJson(app, '/accounts', { owner: 'ann' })).json()) as { accountId: string };
+    expect((await postJson(app, `/accounts/${opened.accountId}/close`)).status).toBe(200);
+    expect((await postJson(app, '/accounts', { owner: 'ann' }, { 'idempotency-key': 'k-1' })).status).toBe(201);
     const before = { ...counts };
     const idsBefore = idsDrawn();
 
     const N = 30;
     const requests = [
-      ...Array.from({ length: N }, (_, i) => post(app, '/orders', orderBody({ customerId: `c-${i}` }))),
-      post(app, `/orders/${placed.orderId}/cancel`, { reason: 'again' }),
-      post(app, '/orders/no-such-order/cancel', {}),
-      post(app, '/orders', orderBody({ customerId: 'someone-else' }), { 'idempotency-key': 'k-1' }),
+      ...Array.from({ length: N }, (_, i) => postJson(app, '/accounts', { owner: `c-${i}` })),
+      postJson(app, `/accounts/${opened.accountId}/deposit`, { amountCents: 5 }),
+      postJson(app, '/accounts/no-such-account/close'),
+      postJson(app, '/accounts', { owner: 'someone-else' }, { 'idempotency-key': 'k-1' }),
     ];
     const statuses = (await Promise.all(requests)).map((r) => r.status);
 
@@ -104,19 +104,18 @@ describe('command refusals - a refused command costs only itself', () => {
     expect(counts.rollbacks - before.rollbacks).toBe(0);
     expect(counts.savepoints - before.savepoints).toBe(0);
     expect(counts.commits - before.commits).toBe(counts.transactions - before.transactions);
-    // Commands were grouped (fewer transactions than commands), and each placed order drew its two ids once.
+    // Commands were grouped (fewer transactions than commands), and each opened account drew its two ids once.
     expect(counts.transactions - before.transactions).toBeLessThan(N + 3);
     expect(idsDrawn() - idsBefore).toBe(2 * N);
-    const committed = Number((await fresh.execute("SELECT count(*) FROM orders WHERE customer_id LIKE 'c-%'")).rows[0]![0]);
-    expect(committed).toBe(N);
+    expect(await countRows(fresh, 'accounts', "owner LIKE 'c-%'")).toBe(N);
   });
 
   it('a 409 alone in its transaction commits it rather than rolling it back', async () => {
     const { app, counts } = await watchedApp();
-    const placed = (await (await post(app, '/orders', orderBody())).json()) as { orderId: string };
-    expect((await post(app, `/orders/${placed.orderId}/cancel`, {})).status).toBe(200);
+    const opened = (await (await postJson(app, '/accounts', { owner: 'ann' })).json()) as { accountId: string };
+    expect((await postJson(app, `/accounts/${opened.accountId}/close`)).status).toBe(200);
     const before = { ...counts };
-    const res = await post(app, `/orders/${placed.orderId}/cancel`, {});
+    const res = await postJson(app, `/accounts/${opened.accountId}/close`);
     expect(res.status).toBe(409);
     expect(res.headers.get('content-type')).toBe('application/problem+json');
     expect({ rollbacks: counts.rollbacks - before.rollbacks, commits: counts.commits - before.commits }).toEqual({ rollbacks: 0, commits: 1 });

@@ -1,9 +1,11 @@
 import type { Client } from '@libsql/client';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { compactIdempotencyKeys } from '../../src/http/idempotency-retention.ts';
 import { compactOutbox } from '../../src/outbox/compact-outbox.ts';
-import { createTestDb, orderBody, type TestDb } from '../support/db.ts';
-import { createTestService, eventually, json } from '../support/service.ts';
+import { createTestDb } from '../support/db.ts';
+import { eventually } from '../support/eventually.ts';
+import { postJson } from '../support/http.ts';
+import { createTestService } from '../support/service.ts';
 
 const NOW = Date.parse('2026-06-01T00:00:00.000Z');
 const HOUR = 3_600_000;
@@ -11,22 +13,11 @@ const FAST = { compactionSchedule: { firstAfterMs: 10, everyMs: 20 } };
 /** Nothing listens there: the relay role runs (and backs off), no broker is needed to compact. */
 const NO_BROKER = 'nats://127.0.0.1:1';
 
-const open: Array<{ close(): unknown }> = [];
-afterEach(async () => {
-  for (const o of open.splice(0).reverse()) await o.close();
-});
-
-async function testDb(): Promise<TestDb> {
-  const t = await createTestDb();
-  open.push(t);
-  return t;
-}
-
 /** Outbox rows in seq order: `sent` rows with the given sent_at, or pending/failed rows (never due, so never published). */
 async function insertOutbox(client: Client, rows: Array<{ id: string; status: 'sent' | 'pending' | 'failed'; sentAt?: number }>): Promise<void> {
   for (const r of rows) {
     await client.execute({
-      sql: `INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, status, occurred_at, available_at, sent_at) VALUES (?, 'order', ?, 'order.placed.v1', '{}', ?, 0, ?, ?)`,
+      sql: `INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, status, occurred_at, available_at, sent_at) VALUES (?, 'account', ?, 'account.opened.v1', '{}', ?, 0, ?, ?)`,
       args: [r.id, r.id, r.status, Number.MAX_SAFE_INTEGER, r.sentAt ?? null],
     });
   }
@@ -46,7 +37,7 @@ async function insertKeys(client: Client, keys: Array<{ key: string; createdAt: 
 
 describe('outbox - compaction', () => {
   it('walks sent rows in seq order and stops at the first window ending in a retained row, skipping a young straggler below it', async () => {
-    const t = await testDb();
+    await using t = await createTestDb();
     const cutoff = NOW - HOUR;
     await insertOutbox(t.client, [
       { id: 'straggler', status: 'sent', sentAt: NOW }, // re-queued from failed and sent late: young, low seq
@@ -64,7 +55,7 @@ describe('outbox - compaction', () => {
   });
 
   it('every statement of a compaction batch reads a range of idx_outbox_status_seq', async () => {
-    const t = await testDb();
+    await using t = await createTestDb();
     for (const [sql, args] of [
       ["SELECT seq, sent_at FROM outbox WHERE status = 'sent' AND seq > ? ORDER BY seq LIMIT 1 OFFSET ?", [0, 9_999]],
       ["DELETE FROM outbox WHERE status = 'sent' AND seq > ? AND seq <= ? AND sent_at < ?", [0, 10_000, NOW]],
@@ -76,22 +67,21 @@ describe('outbox - compaction', () => {
   });
 
   it('the relay role deletes sent rows older than OUTBOX_RETENTION on its own timer, never pending or failed rows', async () => {
-    const s = await createTestService({ ROLES: 'relay', NATS_URL: NO_BROKER, OUTBOX_RETENTION: '1h' }, { ...FAST, clock: () => new Date(NOW) });
-    open.push(s);
+    await using s = await createTestService({ ROLES: 'relay', NATS_URL: NO_BROKER, OUTBOX_RETENTION: '1h' }, { ...FAST, clock: () => new Date(NOW) });
     await insertOutbox(s.client, [
       ...Array.from({ length: 5 }, (_, i) => ({ id: `old-${i}`, status: 'sent' as const, sentAt: NOW - 2 * HOUR })),
       { id: 'pending', status: 'pending' },
       { id: 'failed', status: 'failed' },
       { id: 'recent', status: 'sent', sentAt: NOW - HOUR / 2 },
     ]);
-    expect(await eventually(async () => (await ids(s.client)).length === 3, 10_000)).toBe(true);
+    await eventually(async () => (await ids(s.client)).length === 3, { timeoutMs: 10_000, what: 'the old sent rows compacted' });
     expect(await ids(s.client)).toEqual(['pending', 'failed', 'recent']);
   });
 });
 
 describe('idempotency keys - retention', () => {
   it('compaction forgets keys stored before the cutoff, a bounded batch per transaction, and keeps the rest', async () => {
-    const t = await testDb();
+    await using t = await createTestDb();
     await insertKeys(t.client, [
       ...Array.from({ length: 7 }, (_, i) => ({ key: `old-${i}`, createdAt: NOW - 25 * HOUR - i })),
       { key: 'young', createdAt: NOW - 23 * HOUR },
@@ -107,7 +97,7 @@ describe('idempotency keys - retention', () => {
   });
 
   it('compaction finds the oldest keys through idx_idempotency_keys_created_at, never scanning the table', async () => {
-    const t = await testDb();
+    await using t = await createTestDb();
     const plan = await t.client.execute({
       sql: 'EXPLAIN QUERY PLAN DELETE FROM idempotency_keys WHERE key IN (SELECT key FROM idempotency_keys WHERE created_at < ? ORDER BY created_at LIMIT ?)',
       args: [NOW, 10_000],
@@ -119,17 +109,16 @@ describe('idempotency keys - retention', () => {
 
   it('the api role forgets keys older than IDEMPOTENCY_RETENTION on its own timer; a retry after that runs the command again', async () => {
     let now = NOW;
-    const s = await createTestService({ ROLES: 'api', NATS_URL: NO_BROKER, IDEMPOTENCY_RETENTION: '24h' }, { ...FAST, clock: () => new Date(now) });
-    open.push(s);
-    const place = () => s.app.request('/orders', json(orderBody(), { 'Idempotency-Key': 'k-1' }));
-    const first = await place();
+    await using s = await createTestService({ ROLES: 'api', NATS_URL: NO_BROKER, IDEMPOTENCY_RETENTION: '24h' }, { ...FAST, clock: () => new Date(now) });
+    const open = () => postJson(s.app, '/accounts', { owner: 'ann' }, { 'Idempotency-Key': 'k-1' });
+    const first = await open();
     expect(first.status).toBe(201);
-    expect((await place()).headers.get('Idempotent-Replayed')).toBe('true');
+    expect((await open()).headers.get('Idempotent-Replayed')).toBe('true');
     await insertKeys(s.client, [{ key: 'young', createdAt: NOW + HOUR }]);
 
     now = NOW + 24 * HOUR + 1;
-    expect(await eventually(async () => (await ids(s.client, 'idempotency_keys', 'key')).join() === 'young', 10_000)).toBe(true);
-    const again = await place();
+    await eventually(async () => (await ids(s.client, 'idempotency_keys', 'key')).join() === 'young', { timeoutMs: 10_000, what: 'the old key forgotten' });
+    const again = await open();
     expect(again.status).toBe(201);
     expect(again.headers.get('Idempotent-Replayed')).toBeNull();
   });

@@ -6,14 +6,18 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createApp } from '../../src/app.ts';
+import { registryOf } from '../../src/compose/define-modules.ts';
 import { parseConfig } from '../../src/config.ts';
 import { migrateDatabase } from '../../src/db/migrate.ts';
 import { createDatabase } from '../../src/db/open-database.ts';
 import { createDeps } from '../../src/deps.ts';
 import { openClient } from '../../src/entry/boot.ts';
 import { silentLogger } from '../../src/logger.ts';
-import { createTempDir, MIGRATIONS, orderBody } from '../support/db.ts';
+import { countRows, createTempDir } from '../support/db.ts';
+import { FIXTURE_MIGRATIONS, fixtureModules } from '../support/fixture/modules.ts';
 import { startWriteLockHolder, type WriteLockHolder } from '../support/write-lock.ts';
+
+const MIGRATIONS = FIXTURE_MIGRATIONS.service;
 
 const BUSY_TIMEOUT_MS = 1000;
 
@@ -35,7 +39,7 @@ async function serviceDatabase(busyTimeoutMs = BUSY_TIMEOUT_MS): Promise<{ url: 
 
 /** The service app served over real HTTP on a loopback port. */
 async function serveApp(client: Client): Promise<string> {
-  const app = createApp(createDeps(createDatabase(client), silentLogger));
+  const app = createApp(createDeps(createDatabase(client), silentLogger, registryOf(fixtureModules)), { contexts: fixtureModules.contexts });
   const server = await new Promise<ReturnType<typeof serve>>((resolve) => {
     const s = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, () => resolve(s));
   });
@@ -91,17 +95,13 @@ function worstHealth(watch: LoopWatch, from = 0): { ms: number; samples: number 
   return { ms: Math.max(0, ...taken.map((h) => h.ms)), samples: taken.length };
 }
 
-type Sent = { status: number; elapsedMs: number; type: string | null; retryAfter: string | null; body: { status?: number; type?: string } };
+type Sent = { status: number; elapsedMs: number; type: string | null; retryAfter: string | null; body: { status?: number; type?: string; accountId?: string } };
 
-async function postOrder(baseUrl: string): Promise<Sent> {
+async function openAccount(baseUrl: string): Promise<Sent> {
   const start = performance.now();
-  const res = await fetch(`${baseUrl}/orders`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(orderBody()) });
+  const res = await fetch(`${baseUrl}/accounts`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ owner: 'ann' }) });
   const body = (await res.json()) as Sent['body'];
   return { status: res.status, elapsedMs: performance.now() - start, type: res.headers.get('content-type'), retryAfter: res.headers.get('retry-after'), body };
-}
-
-async function count(client: Client, sql: string): Promise<number> {
-  return Number((await client.execute(sql)).rows[0]![0]);
 }
 
 describe('foreign lock - another process holds the write lock', () => {
@@ -110,14 +110,14 @@ describe('foreign lock - another process holds the write lock', () => {
     async () => {
       const { url, client } = await serviceDatabase();
       const baseUrl = await serveApp(client);
-      expect((await postOrder(baseUrl)).status).toBe(201); // warm: connections, statements, the HTTP stack
+      expect((await openAccount(baseUrl)).status).toBe(201); // warm: connections, statements, the HTTP stack
 
       const lock = await holdWriteLock(url);
       const watch = watchEventLoop(baseUrl);
       // Two waves half a budget apart: each command's wait is measured from its own send, not from its group's.
-      const first = Array.from({ length: 128 }, () => postOrder(baseUrl));
+      const first = Array.from({ length: 128 }, () => openAccount(baseUrl));
       await new Promise((r) => setTimeout(r, BUSY_TIMEOUT_MS / 2));
-      const second = Array.from({ length: 128 }, () => postOrder(baseUrl));
+      const second = Array.from({ length: 128 }, () => openAccount(baseUrl));
       // Reading 128 requests at once takes this process a while on a busy machine, lock or no lock: /health is
       // judged once they are queued, while the commands only wait for the lock.
       const queuedAt = performance.now() + 200;
@@ -142,15 +142,15 @@ describe('foreign lock - another process holds the write lock', () => {
       expect(loop.timerLateMs).toBeLessThan(300);
 
       await lock.release();
-      const after = await postOrder(baseUrl);
+      const after = await openAccount(baseUrl);
       expect(after.status).toBe(201);
-      // Committed for real: a fresh connection sees the order and its event, and no connection kept the lock.
+      // Committed for real: a fresh connection sees the account and its event, and no connection kept the lock.
       const fresh = createClient({ url, timeout: 200 });
       cleanups.push(() => fresh.close());
-      const id = (after.body as { orderId?: string }).orderId;
-      expect(await count(fresh, `SELECT count(*) FROM orders WHERE id = '${id}'`)).toBe(1);
-      expect(await count(fresh, `SELECT count(*) FROM outbox WHERE aggregate_id = '${id}'`)).toBe(1);
-      expect(await count(fresh, 'SELECT count(*) FROM orders')).toBe(2);
+      const id = after.body.accountId ?? '';
+      expect(await countRows(fresh, 'accounts', 'id = ?', [id])).toBe(1);
+      expect(await countRows(fresh, 'outbox', 'aggregate_id = ?', [id])).toBe(1);
+      expect(await countRows(fresh, 'accounts')).toBe(2);
       const probe = await fresh.transaction('write');
       await probe.rollback();
     },
@@ -162,12 +162,12 @@ describe('foreign lock - another process holds the write lock', () => {
     async () => {
       const { url, client } = await serviceDatabase(5000);
       const baseUrl = await serveApp(client);
-      expect((await postOrder(baseUrl)).status).toBe(201);
+      expect((await openAccount(baseUrl)).status).toBe(201);
 
       const lock = await holdWriteLock(url);
       const watch = watchEventLoop(baseUrl);
       const released = releaseAfter(lock, 800);
-      const answers = await Promise.all(Array.from({ length: 20 }, () => postOrder(baseUrl)));
+      const answers = await Promise.all(Array.from({ length: 20 }, () => openAccount(baseUrl)));
       const loop = await watch.stop();
       await released;
 
@@ -176,8 +176,8 @@ describe('foreign lock - another process holds the write lock', () => {
       expect(worstHealth(loop).ms).toBeLessThan(500);
       const fresh = createClient({ url, timeout: 200 });
       cleanups.push(() => fresh.close());
-      expect(await count(fresh, 'SELECT count(*) FROM orders')).toBe(21);
-      expect(await count(fresh, 'SELECT count(*) FROM outbox')).toBe(21);
+      expect(await countRows(fresh, 'accounts')).toBe(21);
+      expect(await countRows(fresh, 'outbox')).toBe(21);
     },
     30_000,
   );
@@ -207,7 +207,7 @@ describe('foreign lock - another process holds the write lock', () => {
       await released;
       expect(applied).toBeGreaterThan(0);
       expect(worstLateMs).toBeLessThan(300);
-      expect(await count(client, "SELECT count(*) FROM sqlite_master WHERE name = 'outbox'")).toBe(1);
+      expect(await countRows(client, 'sqlite_master', "name = 'outbox'")).toBe(1);
     },
     30_000,
   );

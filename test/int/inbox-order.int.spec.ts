@@ -1,36 +1,23 @@
 import { jetstreamManager } from '@nats-io/jetstream';
-import type { NatsConnection } from '@nats-io/transport-node';
 import { sql } from 'drizzle-orm';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import type { Tx } from '../../src/db/open-database.ts';
 import type { IntegrationEvent } from '../../src/events/integration-event.ts';
 import { listDeadLetters } from '../../src/inbox/dead-letters.ts';
 import type { Subscriber } from '../../src/inbox/subscriber.ts';
-import { createStream, createSubscriberDb, ownStream, placedEvent, publishRaw, testRunner, waitFor, type SubscriberDb } from '../support/consumer.ts';
-import { startNats, type NatsServer } from '../support/nats.ts';
-import { natsClient } from '../support/relay.ts';
+import { creditedEvent, openedEvent, testSubscriber } from '../support/accounts.ts';
+import { createSubscriberDb, testRunner, type SubscriberDb } from '../support/consumer.ts';
+import { eventually } from '../support/eventually.ts';
+import { freshStream, publishEvents } from '../support/stream.ts';
+import { useNats } from '../support/use-nats.ts';
 
 // Events of one aggregate share a subject; a subscriber applies them in stream order even while one of them fails.
 
-let nats: NatsServer;
-let nc: NatsConnection;
-beforeAll(async () => {
-  nats = await startNats();
-  nc = await natsClient(nats.url);
-});
-afterAll(async () => {
-  await nc.close();
-  await nats[Symbol.asyncDispose]();
-});
-
-const dbs: SubscriberDb[] = [];
-afterEach(() => {
-  for (const d of dbs.splice(0)) d.close();
-});
+const nats = useNats();
 
 /** A subscriber database with an `applied` table: one row per applied event, in the order the commits made them. */
 async function recordingDb(): Promise<SubscriberDb> {
   const sdb = await createSubscriberDb();
-  dbs.push(sdb);
   await sdb.client.execute('CREATE TABLE applied (n INTEGER PRIMARY KEY AUTOINCREMENT, aggregate TEXT NOT NULL, event_id TEXT NOT NULL, saw TEXT)');
   return sdb;
 }
@@ -42,29 +29,24 @@ async function appliedOrder(sdb: SubscriberDb): Promise<string[]> {
 }
 
 /** A subscriber that records each event it applies and throws instead while `failing(event)` says so. */
-function recorder(name: string, failing: (event: IntegrationEvent) => boolean, saw?: (tx: Parameters<Subscriber['handle']>[0]) => Promise<string>): Subscriber {
-  return {
-    name,
-    aggregateTypes: ['order'],
-    async handle(tx, event) {
-      await tx.run(sql`INSERT INTO applied (aggregate, event_id, saw) VALUES (${event.aggregateId}, ${event.eventId}, ${saw ? await saw(tx) : null})`);
-      if (failing(event)) throw new Error(`cannot apply ${event.eventId} yet`);
-    },
-  };
+function recorder(name: string, failing: (event: IntegrationEvent) => boolean, saw?: (tx: Tx) => Promise<string>): Subscriber {
+  return testSubscriber(name, async (tx, event) => {
+    await tx.run(sql`INSERT INTO applied (aggregate, event_id, saw) VALUES (${event.aggregateId}, ${event.eventId}, ${saw ? await saw(tx) : null})`);
+    if (failing(event)) throw new Error(`cannot apply ${event.eventId} yet`);
+  });
 }
 
 const label = (e: IntegrationEvent) => `${e.aggregateId}:${e.eventId}`;
-const consumerInfo = async (stream: string, name: string) => (await jetstreamManager(nc)).consumers.info(stream, name);
+const consumerInfo = async (stream: string, name: string) => (await jetstreamManager(nats().nc)).consumers.info(stream, name);
 
 describe('inbox - order within an aggregate', () => {
   it('holds the later events of an aggregate while its earlier event is retried, applies other aggregates at once, then applies the held ones in stream order', async () => {
-    const stream = ownStream('ORD');
-    await createStream(nc, stream);
-    const sdb = await recordingDb();
+    const stream = await freshStream(nats().nc, 'ORD');
+    await using sdb = await recordingDb();
     const a = `agg-a-${process.pid}`;
     const b = `agg-b-${process.pid}`;
-    const [a1, a2, a3] = [1, 2, 3].map(() => placedEvent({ orderId: a }));
-    const [b1, b2] = [1, 2].map(() => placedEvent({ orderId: b }));
+    const [a1, a2, a3] = [openedEvent({ accountId: a }), creditedEvent({ accountId: a }), creditedEvent({ accountId: a })];
+    const [b1, b2] = [openedEvent({ accountId: b }), creditedEvent({ accountId: b })];
 
     let broken = true;
     let attempts = 0;
@@ -74,17 +56,17 @@ describe('inbox - order within an aggregate', () => {
       return broken;
     });
     const stop = new AbortController();
-    const running = testRunner(sdb, nats.url, subscriber, stream, { maxDeliver: 50 }).run({ signal: stop.signal, timeLimitMs: 30_000 });
+    const running = testRunner(sdb, nats().url, subscriber, stream, { maxDeliver: 50 }).run({ signal: stop.signal, timeLimitMs: 30_000 });
 
-    for (const e of [a1!, a2!, b1!]) await publishRaw(nc, stream, e, e.eventId);
-    await waitFor('b1 applied while a1 fails', async () => (await appliedOrder(sdb)).includes(label(b1!)) && attempts >= 2);
+    await publishEvents(nats().nc, stream, [a1!, a2!, b1!]);
+    await eventually(async () => (await appliedOrder(sdb)).includes(label(b1!)) && attempts >= 2, { what: 'b1 applied while a1 fails' });
     // events of both aggregates arriving while a1 is being retried
-    for (const e of [a3!, b2!]) await publishRaw(nc, stream, e, e.eventId);
-    await waitFor('b2 applied while a1 still fails', async () => (await appliedOrder(sdb)).includes(label(b2!)));
+    await publishEvents(nats().nc, stream, [a3!, b2!]);
+    await eventually(async () => (await appliedOrder(sdb)).includes(label(b2!)), { what: 'b2 applied while a1 still fails' });
     expect((await appliedOrder(sdb)).filter((x) => x.startsWith(`${a}:`))).toEqual([]);
 
     broken = false;
-    await waitFor('every event applied', async () => (await appliedOrder(sdb)).length === 5);
+    await eventually(async () => (await appliedOrder(sdb)).length === 5, { what: 'every event applied' });
     stop.abort();
     const summary = await running;
 
@@ -99,13 +81,12 @@ describe('inbox - order within an aggregate', () => {
   });
 
   it('dead-letters an event of an aggregate that fails max_deliver times, then applies the later events of that aggregate in order', async () => {
-    const stream = ownStream('ORDDL');
-    await createStream(nc, stream);
-    const sdb = await recordingDb();
+    const stream = await freshStream(nats().nc, 'ORDDL');
+    await using sdb = await recordingDb();
     const a = `poisoned-${process.pid}`;
     const b = `healthy-${process.pid}`;
-    const [a1, a2, a3] = [1, 2, 3].map(() => placedEvent({ orderId: a }));
-    const b1 = placedEvent({ orderId: b });
+    const [a1, a2, a3] = [openedEvent({ accountId: a }), creditedEvent({ accountId: a }), creditedEvent({ accountId: a })];
+    const b1 = openedEvent({ accountId: b });
 
     let attempts = 0;
     const subscriber = recorder(
@@ -118,8 +99,8 @@ describe('inbox - order within an aggregate', () => {
       // what each applied event could see in its transaction: was a1 already a dead letter?
       async (tx) => String((await tx.all<{ n: number }>(sql`SELECT count(*) AS n FROM dead_letters WHERE event_id = ${a1!.eventId}`))[0]!.n),
     );
-    for (const e of [a1!, a2!, b1, a3!]) await publishRaw(nc, stream, e, e.eventId);
-    const summary = await testRunner(sdb, nats.url, subscriber, stream, { maxDeliver: 3 }).run({ untilIdle: true, timeLimitMs: 30_000 });
+    await publishEvents(nats().nc, stream, [a1!, a2!, b1, a3!]);
+    const summary = await testRunner(sdb, nats().url, subscriber, stream, { maxDeliver: 3 }).run({ untilIdle: true, timeLimitMs: 30_000 });
 
     expect(attempts).toBe(3);
     expect(summary).toMatchObject({ processed: 3, deadLettered: 1, retried: 2 });

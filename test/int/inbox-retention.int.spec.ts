@@ -1,22 +1,19 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { insertInboxRow } from '../../src/inbox/inbox-store.ts';
 import { assertSafeRetention, compactInbox, compactInboxPeriodically, DEFAULT_INBOX_RETENTION_MS, minimumRetentionMs, UnsafeRetentionError } from '../../src/inbox/retention.ts';
-import { countRows, createSubscriberDb, type SubscriberDb } from '../support/consumer.ts';
+import { silentLogger } from '../../src/logger.ts';
+import { createSubscriberDb, type SubscriberDb } from '../support/consumer.ts';
+import { countRows } from '../support/db.ts';
+import { eventually } from '../support/eventually.ts';
 
 const DAY = 24 * 3600 * 1000;
 const NOW = Date.parse('2026-06-01T00:00:00.000Z');
 
-const dbs: SubscriberDb[] = [];
-afterEach(() => {
-  for (const d of dbs.splice(0)) d.close();
-});
-
 async function inboxWith(rows: Array<{ id: string; ageDays: number }>): Promise<SubscriberDb> {
   const sdb = await createSubscriberDb();
-  dbs.push(sdb);
   await sdb.writer.write(async (tx) => {
     for (const r of rows) {
-      await insertInboxRow(tx, { eventId: r.id, consumer: 'reporting', messageType: 'order.placed.v1', receivedAt: NOW - r.ageDays * DAY });
+      await insertInboxRow(tx, { eventId: r.id, consumer: 'audit', messageType: 'account.opened.v1', receivedAt: NOW - r.ageDays * DAY });
     }
   });
   return sdb;
@@ -26,7 +23,7 @@ describe('inbox - retention', () => {
   it('compaction deletes only rows older than the cutoff, a bounded batch per transaction', async () => {
     const old = Array.from({ length: 7 }, (_, i) => ({ id: `old-${i}`, ageDays: 31 + i }));
     const recent = Array.from({ length: 4 }, (_, i) => ({ id: `recent-${i}`, ageDays: i * 7 }));
-    const sdb = await inboxWith([...recent, ...old]);
+    await using sdb = await inboxWith([...recent, ...old]);
 
     const result = await compactInbox({ writer: sdb.writer, clock: () => new Date(NOW) }, { olderThanMs: 30 * DAY, batch: 3 });
 
@@ -40,11 +37,10 @@ describe('inbox - retention', () => {
   });
 
   it('the consumers role compacts the inbox on its own, on every tick, until stopped', async () => {
-    const sdb = await inboxWith([{ id: 'old', ageDays: 40 }, { id: 'new', ageDays: 1 }]);
+    await using sdb = await inboxWith([{ id: 'old', ageDays: 40 }, { id: 'new', ageDays: 1 }]);
     const stop = new AbortController();
-    const log = { debug() {}, info() {}, warn() {}, error() {} };
-    const running = compactInboxPeriodically({ writer: sdb.writer, clock: () => new Date(NOW), log, name: 'reporting' }, 30 * DAY, stop.signal, { firstAfterMs: 20, everyMs: 20 });
-    for (let i = 0; i < 200 && (await countRows(sdb.client, 'inbox')) > 1; i++) await new Promise((r) => setTimeout(r, 10));
+    const running = compactInboxPeriodically({ writer: sdb.writer, clock: () => new Date(NOW), log: silentLogger, name: 'audit' }, 30 * DAY, stop.signal, { firstAfterMs: 20, everyMs: 20 });
+    await eventually(async () => (await countRows(sdb.client, 'inbox')) === 1, { timeoutMs: 5000, everyMs: 10, what: 'the old row compacted' });
     stop.abort();
     await running;
     const left = await sdb.client.execute('SELECT event_id FROM inbox');
@@ -52,9 +48,9 @@ describe('inbox - retention', () => {
   });
 
   it('compaction leaves dead letters alone', async () => {
-    const sdb = await inboxWith([{ id: 'old', ageDays: 90 }]);
+    await using sdb = await inboxWith([{ id: 'old', ageDays: 90 }]);
     await sdb.client.execute({
-      sql: `INSERT INTO dead_letters (event_id, consumer, subject, payload, error, deliveries, dead_at) VALUES ('dl', 'reporting', 's', '{}', 'e', 1, ?)`,
+      sql: `INSERT INTO dead_letters (event_id, consumer, subject, payload, error, deliveries, dead_at) VALUES ('dl', 'audit', 's', '{}', 'e', 1, ?)`,
       args: [NOW - 90 * DAY],
     });
     await compactInbox({ writer: sdb.writer, clock: () => new Date(NOW) }, { olderThanMs: 30 * DAY });
@@ -63,7 +59,7 @@ describe('inbox - retention', () => {
   });
 
   it('compaction finds old rows through the received_at index', async () => {
-    const sdb = await inboxWith([]);
+    await using sdb = await inboxWith([]);
     const plan = await sdb.client.execute({
       sql: 'EXPLAIN QUERY PLAN DELETE FROM inbox WHERE rowid IN (SELECT rowid FROM inbox WHERE received_at < ? ORDER BY received_at LIMIT ?)',
       args: [NOW, 10],

@@ -1,23 +1,18 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { compactOutbox } from '../../src/outbox/compact-outbox.ts';
-import { orderBody } from '../support/db.ts';
-import { startNats, type NatsServer } from '../support/nats.ts';
-import { natsClient, readStream } from '../support/relay.ts';
-import { createTestService, eventually, json } from '../support/service.ts';
+import { countRows } from '../support/db.ts';
+import { eventually } from '../support/eventually.ts';
+import { postJson } from '../support/http.ts';
+import { natsClient, startNats } from '../support/nats.ts';
+import { createTestService } from '../support/service.ts';
+import { ownStream, readStream, streamEnv } from '../support/stream.ts';
+import { useNats } from '../support/use-nats.ts';
 
-let nats: NatsServer;
-beforeAll(async () => {
-  nats = await startNats();
-});
-afterAll(async () => {
-  await nats[Symbol.asyncDispose]();
-});
+const nats = useNats();
 
-let n = 0;
-const ownStream = () => {
-  n++;
-  return { NATS_URL: nats.url, NATS_STREAM: `OPS_${n}`, EVENTS_SUBJECT_PREFIX: `ops${n}` };
-};
+/** The service environment of a broker of this file's and a stream of its own. */
+const brokerEnv = () => ({ NATS_URL: nats().url, ...streamEnv(ownStream('OPS')) });
+const open = (app: Parameters<typeof postJson>[0]) => postJson(app, '/accounts', { owner: 'ann' });
 
 function metric(text: string, name: string): number {
   const line = text.split('\n').find((l) => l.startsWith(`${name} `));
@@ -29,150 +24,125 @@ const TOKEN = 'test-admin-token-0123456789';
 
 describe('ops - metrics and admin', () => {
   it('/metrics exposes the documented names with values that match a known workload', async () => {
-    const s = await createTestService({ ROLES: 'api,relay', ...ownStream() });
-    try {
-      for (let i = 0; i < 3; i++) expect((await s.app.request('/orders', json(orderBody()))).status).toBe(201);
-      await s.client.execute(
-        `INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, status, attempts, last_error, occurred_at, available_at)
-         VALUES ('parked-1', 'order', 'x', 'order.gone.v1', '{}', 'failed', 5, 'not registered', 0, 0)`,
-      );
-      const text = await eventually(async () => {
+    await using s = await createTestService({ ROLES: 'api,relay', ...brokerEnv() });
+    for (let i = 0; i < 3; i++) expect((await open(s.app)).status).toBe(201);
+    await s.client.execute(
+      `INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, status, attempts, last_error, occurred_at, available_at)
+       VALUES ('parked-1', 'account', 'x', 'account.gone.v1', '{}', 'failed', 5, 'not registered', 0, 0)`,
+    );
+    const text = await eventually(
+      async () => {
         const body = await (await s.app.request('/metrics')).text();
         return metric(body, 'outbox_published_total') === 3 ? body : '';
-      });
-      expect(metric(text, 'outbox_published_total')).toBe(3);
-      expect(metric(text, 'outbox_duplicates_total')).toBe(0);
-      expect(metric(text, 'outbox_pending_count')).toBe(0);
-      expect(metric(text, 'outbox_pending_seconds')).toBe(0);
-      expect(metric(text, 'outbox_failed_count')).toBe(1);
-      expect(metric(text, 'outbox_lag_seconds_count')).toBe(3);
-      expect(text).toContain('# TYPE outbox_publish_errors_total counter');
-      expect(text).toContain('# TYPE outbox_lag_seconds histogram');
-      const stats = await (await s.app.request('/outbox/stats')).json();
-      expect(stats).toEqual({ pending: 0, failed: 1, sent: 3, oldestPendingAgeMs: 0 });
-    } finally {
-      await s.close();
-    }
+      },
+      { what: 'three events published' },
+    );
+    expect(metric(text, 'outbox_published_total')).toBe(3);
+    expect(metric(text, 'outbox_duplicates_total')).toBe(0);
+    expect(metric(text, 'outbox_pending_count')).toBe(0);
+    expect(metric(text, 'outbox_pending_seconds')).toBe(0);
+    expect(metric(text, 'outbox_failed_count')).toBe(1);
+    expect(metric(text, 'outbox_lag_seconds_count')).toBe(3);
+    expect(text).toContain('# TYPE outbox_publish_errors_total counter');
+    expect(text).toContain('# TYPE outbox_lag_seconds histogram');
+    const stats = await (await s.app.request('/outbox/stats')).json();
+    expect(stats).toEqual({ pending: 0, failed: 1, sent: 3, oldestPendingAgeMs: 0 });
   });
 
   it('admin routes do not exist without ADMIN_TOKEN', async () => {
-    const s = await createTestService({ ROLES: 'api' });
-    try {
-      const res = await s.app.request('/admin/outbox/failed', { headers: { Authorization: `Bearer ${TOKEN}` } });
-      expect(res.status).toBe(404);
-    } finally {
-      await s.close();
-    }
+    await using s = await createTestService({ ROLES: 'api' });
+    const res = await s.app.request('/admin/outbox/failed', { headers: { Authorization: `Bearer ${TOKEN}` } });
+    expect(res.status).toBe(404);
   });
 
   it('admin routes answer 401 without or with a wrong token and list and re-queue failed rows with the right one', async () => {
-    const s = await createTestService({ ROLES: 'api', ADMIN_TOKEN: TOKEN });
-    try {
-      await s.client.execute(
-        `INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, status, attempts, last_error, occurred_at, available_at)
-         VALUES ('f1', 'order', 'a', 'order.gone.v1', '{}', 'failed', 5, 'boom', 0, 0), ('f2', 'order', 'b', 'order.gone.v1', '{}', 'failed', 5, 'boom', 0, 0)`,
-      );
-      expect((await s.app.request('/admin/outbox/failed')).status).toBe(401);
-      const wrong = await s.app.request('/admin/outbox/failed', { headers: { Authorization: 'Bearer nope-nope-nope-nope' } });
-      expect(wrong.status).toBe(401);
-      expect(wrong.headers.get('content-type')).toContain('application/problem+json');
-      expect((await s.app.request('/admin/outbox/failed/retry-all', { method: 'POST' })).status).toBe(401);
+    await using s = await createTestService({ ROLES: 'api', ADMIN_TOKEN: TOKEN });
+    await s.client.execute(
+      `INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, status, attempts, last_error, occurred_at, available_at)
+       VALUES ('f1', 'account', 'a', 'account.gone.v1', '{}', 'failed', 5, 'boom', 0, 0), ('f2', 'account', 'b', 'account.gone.v1', '{}', 'failed', 5, 'boom', 0, 0)`,
+    );
+    expect((await s.app.request('/admin/outbox/failed')).status).toBe(401);
+    const wrong = await s.app.request('/admin/outbox/failed', { headers: { Authorization: 'Bearer nope-nope-nope-nope' } });
+    expect(wrong.status).toBe(401);
+    expect(wrong.headers.get('content-type')).toContain('application/problem+json');
+    expect((await s.app.request('/admin/outbox/failed/retry-all', { method: 'POST' })).status).toBe(401);
 
-      const auth = { Authorization: `Bearer ${TOKEN}` };
-      const list = (await (await s.app.request('/admin/outbox/failed', { headers: auth })).json()) as { failed: Array<{ id: string; lastError: string }> };
-      expect(list.failed.map((f) => f.id)).toEqual(['f1', 'f2']);
-      expect(list.failed[0]!.lastError).toBe('boom');
+    const auth = { Authorization: `Bearer ${TOKEN}` };
+    const list = (await (await s.app.request('/admin/outbox/failed', { headers: auth })).json()) as { failed: Array<{ id: string; lastError: string }> };
+    expect(list.failed.map((f) => f.id)).toEqual(['f1', 'f2']);
+    expect(list.failed[0]!.lastError).toBe('boom');
 
-      const one = await s.app.request('/admin/outbox/failed/f1/retry', { method: 'POST', headers: auth });
-      expect(await one.json()).toEqual({ requeued: 1 });
-      expect((await s.app.request('/admin/outbox/failed/f1/retry', { method: 'POST', headers: auth })).status).toBe(404);
-      const all = await s.app.request('/admin/outbox/failed/retry-all', { method: 'POST', headers: auth });
-      expect(await all.json()).toEqual({ requeued: 1 });
-      const rows = await s.client.execute("SELECT id, status, attempts FROM outbox WHERE id IN ('f1','f2') ORDER BY id");
-      expect(rows.rows.map((r) => [r.id, r.status, Number(r.attempts)])).toEqual([
-        ['f1', 'pending', 0],
-        ['f2', 'pending', 0],
-      ]);
-    } finally {
-      await s.close();
-    }
+    const one = await s.app.request('/admin/outbox/failed/f1/retry', { method: 'POST', headers: auth });
+    expect(await one.json()).toEqual({ requeued: 1 });
+    expect((await s.app.request('/admin/outbox/failed/f1/retry', { method: 'POST', headers: auth })).status).toBe(404);
+    const all = await s.app.request('/admin/outbox/failed/retry-all', { method: 'POST', headers: auth });
+    expect(await all.json()).toEqual({ requeued: 1 });
+    const rows = await s.client.execute("SELECT id, status FROM outbox WHERE id IN ('f1','f2') ORDER BY id");
+    expect(rows.rows.map((r) => [r.id, r.status])).toEqual([
+      ['f1', 'pending'],
+      ['f2', 'pending'],
+    ]);
   });
 });
 
 describe('relay - broker outages', () => {
   it('commands commit while the broker is down, rows stay pending with attempts untouched, and the backlog drains after it returns', async () => {
-    const own = await startNats();
-    const s = await createTestService({ ROLES: 'api,relay', NATS_URL: own.url });
+    await using own = await startNats();
+    const stream = ownStream('OUT');
+    await using s = await createTestService({ ROLES: 'api,relay', NATS_URL: own.url, ...streamEnv(stream) });
+    const sent = () => countRows(s.client, 'outbox', "status = 'sent'");
+    expect((await open(s.app)).status).toBe(201);
+    await eventually(async () => (await sent()) === 1, { what: 'the first event sent' });
+    await own.stop();
+
+    for (let i = 0; i < 20; i++) expect((await open(s.app)).status).toBe(201);
+    // several passes and back-offs happen while the broker is away
+    await eventually(() => s.service.metrics.counter('outbox_publish_errors_total', '').get() >= 3, { what: 'publish errors' });
+    const during = await s.client.execute("SELECT count(*), max(attempts) FROM outbox WHERE status = 'pending'");
+    expect(Number(during.rows[0]![0])).toBe(20);
+    expect(Number(during.rows[0]![1])).toBe(0);
+    expect((await s.app.request('/ready')).status).toBe(200);
+
+    await own.restart();
+    await eventually(async () => (await sent()) === 21, { what: 'the backlog drained' });
     const nc = await natsClient(own.url);
-    try {
-      expect((await s.app.request('/orders', json(orderBody()))).status).toBe(201);
-      await eventually(async () => (await s.client.execute("SELECT count(*) FROM outbox WHERE status = 'sent'")).rows[0]![0] === 1);
-      await nc.close();
-      await own.stop();
-
-      for (let i = 0; i < 20; i++) expect((await s.app.request('/orders', json(orderBody()))).status).toBe(201);
-      // several passes and back-offs happen while the broker is away
-      await eventually(async () => s.service.metrics.counter('outbox_publish_errors_total', '').get() >= 3);
-      const during = await s.client.execute("SELECT count(*), max(attempts) FROM outbox WHERE status = 'pending'");
-      expect(Number(during.rows[0]![0])).toBe(20);
-      expect(Number(during.rows[0]![1])).toBe(0);
-      expect((await s.app.request('/ready')).status).toBe(200);
-
-      await own.restart();
-      const drained = await eventually(async () => (await s.client.execute("SELECT count(*) FROM outbox WHERE status = 'sent'")).rows[0]![0] === 21);
-      expect(drained).toBe(true);
-      const nc2 = await natsClient(own.url);
-      const msgs = await readStream(nc2, 'EVENTS');
-      await nc2.close();
-      expect(new Set(msgs.map((m) => m.headers['Nats-Msg-Id'])).size).toBe(21);
-      expect(msgs).toHaveLength(21);
-    } finally {
-      await s.close();
-      await own[Symbol.asyncDispose]();
-    }
+    const msgs = await readStream(nc, stream);
+    await nc.close();
+    expect(new Set(msgs.map((m) => m.headers['Nats-Msg-Id'])).size).toBe(21);
+    expect(msgs).toHaveLength(21);
   });
 
   it('a relay started while the broker is unreachable keeps retrying and publishes once it appears', async () => {
-    const own = await startNats();
-    const url = own.url;
+    await using own = await startNats();
     await own.stop();
-    const s = await createTestService({ ROLES: 'api,relay', NATS_URL: url });
-    try {
-      expect((await s.app.request('/orders', json(orderBody()))).status).toBe(201);
-      await eventually(async () => s.service.relay!.state() === 'unavailable');
-      await own.restart();
-      expect(await eventually(async () => (await s.client.execute("SELECT count(*) FROM outbox WHERE status = 'sent'")).rows[0]![0] === 1)).toBe(true);
-    } finally {
-      await s.close();
-      await own[Symbol.asyncDispose]();
-    }
+    await using s = await createTestService({ ROLES: 'api,relay', NATS_URL: own.url, ...streamEnv(ownStream('LATE')) });
+    expect((await open(s.app)).status).toBe(201);
+    await eventually(() => s.service.relay?.state() === 'unavailable', { what: 'the relay to notice the outage' });
+    await own.restart();
+    await eventually(async () => (await countRows(s.client, 'outbox', "status = 'sent'")) === 1, { what: 'the event sent' });
   });
 });
 
 describe('outbox - compaction', () => {
   it('deletes only sent rows older than the cutoff, in batches, and never pending or failed rows', async () => {
-    const s = await createTestService({ ROLES: 'api' });
-    try {
-      const old = 1_000;
-      const recent = Date.now();
-      const values: string[] = [];
-      for (let i = 0; i < 25; i++) values.push(`('old-sent-${i}', 'order', 'a${i}', 'order.placed.v1', '{}', 'sent', 0, 0, ${old})`);
-      for (let i = 0; i < 3; i++) values.push(`('new-sent-${i}', 'order', 'b${i}', 'order.placed.v1', '{}', 'sent', 0, 0, ${recent})`);
-      for (let i = 0; i < 4; i++) values.push(`('old-pending-${i}', 'order', 'c${i}', 'order.placed.v1', '{}', 'pending', 0, 0, NULL)`);
-      for (let i = 0; i < 2; i++) values.push(`('old-failed-${i}', 'order', 'd${i}', 'order.placed.v1', '{}', 'failed', 0, 0, NULL)`);
-      await s.client.execute(`INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, status, occurred_at, available_at, sent_at) VALUES ${values.join(',')}`);
-      const progress: number[] = [];
-      const result = await compactOutbox(s.deps, { cutoffMs: recent - 60_000, batch: 10, onBatch: (p) => progress.push(p.deleted) });
-      expect(result).toEqual({ deleted: 25, batches: 3 });
-      expect(progress).toEqual([10, 20, 25]);
-      const left = await s.client.execute('SELECT status, count(*) FROM outbox GROUP BY status ORDER BY status');
-      expect(left.rows.map((r) => [r[0], Number(r[1])])).toEqual([
-        ['failed', 2],
-        ['pending', 4],
-        ['sent', 3],
-      ]);
-    } finally {
-      await s.close();
-    }
+    await using s = await createTestService({ ROLES: 'api' });
+    const old = 1_000;
+    const recent = Date.now();
+    const values: string[] = [];
+    for (let i = 0; i < 25; i++) values.push(`('old-sent-${i}', 'account', 'a${i}', 'account.opened.v1', '{}', 'sent', 0, 0, ${old})`);
+    for (let i = 0; i < 3; i++) values.push(`('new-sent-${i}', 'account', 'b${i}', 'account.opened.v1', '{}', 'sent', 0, 0, ${recent})`);
+    for (let i = 0; i < 4; i++) values.push(`('old-pending-${i}', 'account', 'c${i}', 'account.opened.v1', '{}', 'pending', 0, 0, NULL)`);
+    for (let i = 0; i < 2; i++) values.push(`('old-failed-${i}', 'account', 'd${i}', 'account.opened.v1', '{}', 'failed', 0, 0, NULL)`);
+    await s.client.execute(`INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, status, occurred_at, available_at, sent_at) VALUES ${values.join(',')}`);
+    const progress: number[] = [];
+    const result = await compactOutbox(s.deps, { cutoffMs: recent - 60_000, batch: 10, onBatch: (p) => progress.push(p.deleted) });
+    expect(result).toEqual({ deleted: 25, batches: 3 });
+    expect(progress).toEqual([10, 20, 25]);
+    const left = await s.client.execute('SELECT status, count(*) FROM outbox GROUP BY status ORDER BY status');
+    expect(left.rows.map((r) => [r[0], Number(r[1])])).toEqual([
+      ['failed', 2],
+      ['pending', 4],
+      ['sent', 3],
+    ]);
   });
 });

@@ -3,12 +3,14 @@
 import { createClient } from '@libsql/client';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createTempDir, orderBody } from '../support/db.ts';
-import { startNats } from '../support/nats.ts';
-import { freePort, ROOT, runtimeCommand, waitForHttp } from '../support/process.ts';
+import { createTempDir } from '../support/db.ts';
+import { eventually } from '../support/eventually.ts';
+import { orderBody } from '../support/example-orders.ts';
+import { postJson } from '../support/http.ts';
+import { natsClient, startNats } from '../support/nats.ts';
+import { freePort, overHttp, ROOT, runtimeCommand, waitForHttp, withOutput } from '../support/process.ts';
 import { spawnGroup } from '../support/process-group.ts';
-import { natsClient, readStream } from '../support/relay.ts';
-import { eventually, json } from '../support/service.ts';
+import { readStream } from '../support/stream.ts';
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
@@ -50,21 +52,21 @@ describe.each(['bun', 'deno'] as const)('runtime parity %s - relay and subscribe
   it(`${START[runtime].label} with ROLES=api,relay publishes a placed order with Nats-Msg-Id = its outbox id and marks the row sent`, async () => {
     const { nats, dbUrl, service, url } = await startOn(runtime, 'api,relay');
 
-    const placed = await fetch(`${url}/orders`, json(orderBody({ customerId: `parity-${runtime}` })));
+    const placed = await postJson(overHttp(url), '/orders', orderBody({ customerId: `parity-${runtime}` }));
     expect(placed.status, service.output()).toBe(201);
     const { orderId } = (await placed.json()) as { orderId: string };
 
     const client = createClient({ url: dbUrl, timeout: 5000 });
     cleanups.push(() => client.close());
     const row = async () => (await client.execute({ sql: 'SELECT id, status FROM outbox WHERE aggregate_id = ?', args: [orderId] })).rows[0];
-    expect(await eventually(async () => (await row())?.status === 'sent', 20_000), service.output()).toBe(true);
+    await withOutput(service, eventually(async () => (await row())?.status === 'sent', { timeoutMs: 20_000, what: 'the row sent' }));
     const eventId = String((await row())!.id);
 
     const nc = await natsClient(nats.url);
     cleanups.push(() => nc.close());
-    const messages = await readStream(nc, 'EVENTS');
+    const messages = await readStream(nc, 'HONO_OUTBOX');
     expect(messages).toHaveLength(1);
-    expect(messages[0]!.subject).toBe(`events.order.${orderId}`);
+    expect(messages[0]!.subject).toBe(`hono-outbox.order.${orderId}`);
     expect(messages[0]!.headers).toMatchObject({ 'Nats-Msg-Id': eventId, 'Event-Type': 'order.placed.v1' });
     expect(messages[0]!.event).toMatchObject({ eventId, type: 'order.placed.v1', aggregateId: orderId });
 
@@ -76,19 +78,20 @@ describe.each(['bun', 'deno'] as const)('runtime parity %s - relay and subscribe
     const { service, url } = await startOn(runtime, 'api,relay,consumers');
     const customerId = `parity-${runtime}-read-model`;
 
-    const kept = await fetch(`${url}/orders`, json(orderBody({ customerId })));
+    const api = overHttp(url);
+    const kept = await postJson(api, '/orders', orderBody({ customerId }));
     expect(kept.status, service.output()).toBe(201);
-    const cancelledOrder = await fetch(`${url}/orders`, json(orderBody({ customerId, items: [{ sku: 'x', quantity: 1, unitPriceCents: 700 }] })));
+    const cancelledOrder = await postJson(api, '/orders', orderBody({ customerId, items: [{ sku: 'x', quantity: 1, unitPriceCents: 700 }] }));
     expect(cancelledOrder.status).toBe(201);
     const { orderId } = (await cancelledOrder.json()) as { orderId: string };
-    const cancel = await fetch(`${url}/orders/${orderId}/cancel`, json({ reason: 'parity' }));
+    const cancel = await postJson(api, `/orders/${orderId}/cancel`, { reason: 'parity' });
     expect(cancel.status).toBe(200);
     await cancel.body?.cancel();
 
     const expected = { customerId, ordersPlaced: 2, ordersCancelled: 1, totalCents: 2 * 1250 + 499 };
     const report = async () => (await (await fetch(`${url}/reports/customers/${customerId}`)).json()) as Record<string, unknown>;
-    await eventually(async () => JSON.stringify(await report()) === JSON.stringify(expected), 20_000);
-    expect(await report(), service.output()).toEqual(expected);
+    await withOutput(service, eventually(async () => JSON.stringify(await report()) === JSON.stringify(expected), { timeoutMs: 20_000, what: 'the report' }));
+    expect(await report()).toEqual(expected);
 
     const exit = await service.stop('SIGTERM');
     expect(exit, service.output()).toEqual({ code: 0, signal: null });

@@ -1,6 +1,7 @@
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createTempDir, orderBody } from '../support/db.ts';
+import { createTempDir } from '../support/db.ts';
+import { orderBody } from '../support/example-orders.ts';
 import { RUNTIMES, spawnService, waitForHttp, type ServiceHandle } from '../support/process.ts';
 
 const running: ServiceHandle[] = [];

@@ -3,6 +3,8 @@
 //   node --import tsx test/support/fault-entry.ts [node]                like src/entry/node.ts (ROLES from the env)
 //   node --import tsx test/support/fault-entry.ts relay                 like src/entry/relay.ts
 //   node --import tsx test/support/fault-entry.ts consume <subscriber>  like src/entry/consume.ts
+// With --fixture first (`fault-entry.ts --fixture relay`), it runs the test fixture's modules and migrations
+// (test/support/fixture) instead of this service's, as test/support/fixture/entry.ts does.
 // HONO_OUTBOX_TEST_FAULT holds comma-separated faults:
 //   kill-after-puback:<n>                SIGKILL the relay once n rows were acknowledged, before they are marked sent
 //   mark-before-puback                   the broken relay: marks rows sent before publishing, then dies on its first pass
@@ -80,13 +82,17 @@ const hooks: BootFaults = {
   ...(faults.some((f) => f.name === 'no-inbox') ? { brokenNoInbox: true } : {}),
 };
 
-const [kind = 'node', subscriber] = process.argv.slice(2);
+const args = process.argv.slice(2);
+const fixture = args[0] === '--fixture';
+const [kind = 'node', subscriber] = fixture ? args.slice(1) : args;
 let env: Record<string, string> | undefined;
 if (kind === 'relay') env = { ROLES: 'relay' };
 else if (kind === 'consume' && subscriber) env = { ROLES: 'consumers', CONSUMERS: subscriber };
-else if (kind !== 'node') throw new Error('usage: fault-entry.ts node | relay | consume <subscriber>');
+else if (kind !== 'node') throw new Error('usage: fault-entry.ts [--fixture] node | relay | consume <subscriber>');
 
-const started = await boot({ ...(env ? { env } : {}), faults: hooks });
+// imported only when asked for, so the service's own runs never load the fixture
+const composition = fixture ? await import('./fixture/modules.ts').then((m) => ({ modules: m.fixtureModules, migrations: m.FIXTURE_MIGRATIONS })) : {};
+const started = await boot({ ...(env ? { env } : {}), ...composition, faults: hooks });
 stopOnSignals(started, serveOnNode(started));
 
 for (const f of faults) {

@@ -1,3 +1,4 @@
+import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { connect as tcpConnect } from 'node:net';
@@ -95,3 +96,9 @@ export async function startNats(options: { websocket?: boolean } = {}): Promise<
   };
   return server;
 }
+
+/** A client connection to `url` for a test's own use; close it when done. */
+export async function natsClient(url: string): Promise<NatsConnection> {
+  return connect({ servers: [url], name: 'test client' });
+}
+

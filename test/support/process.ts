@@ -2,12 +2,16 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
+import type { RequestHandler } from './http.ts';
 
 /** The repository root; children run with it as cwd so `--import tsx`, node_modules and deno.json resolve. */
 export const ROOT = join(import.meta.dirname, '../..');
 
-/** The service with crash hooks (HONO_OUTBOX_TEST_FAULT); run it as `<FAULT_ENTRY> node | relay | consume <name>`. */
+/** The service with crash hooks (HONO_OUTBOX_TEST_FAULT); run it as `<FAULT_ENTRY> [--fixture] node | relay | consume <name>`. */
 export const FAULT_ENTRY = 'test/support/fault-entry.ts';
+
+/** The test fixture's service (test/support/fixture) as a process, roles from ROLES like src/entry/node.ts. */
+export const FIXTURE_ENTRY = 'test/support/fixture/entry.ts';
 
 export type Runtime = 'node' | 'bun' | 'deno';
 export const RUNTIMES: readonly Runtime[] = ['node', 'bun', 'deno'];
@@ -156,14 +160,14 @@ export async function runToExit(
 export type ServiceHandle = ChildHandle & { port: number; url: string };
 
 /**
- * Starts `entry` (e.g. `src/entry/node.ts`, or a relay/consumer entry) on `runtime` as a child process.
- * PORT is set to a free port unless `env.PORT` is given; `url` is `http://127.0.0.1:<port>`. It does not wait
- * for readiness: call `waitForHttp(`${url}/health`, { child })` for processes that serve HTTP.
+ * Starts `entry` (e.g. `src/entry/node.ts`, or a relay/consumer entry) on `runtime` as a child process, with
+ * `entryArgs` after it. PORT is set to a free port unless `env.PORT` is given; `url` is `http://127.0.0.1:<port>`.
+ * It does not wait for readiness: call `waitForHttp(`${url}/health`, { child })` for processes that serve HTTP.
  */
-export async function spawnService(runtime: Runtime, entry: string, env: Record<string, string> = {}): Promise<ServiceHandle> {
+export async function spawnService(runtime: Runtime, entry: string, env: Record<string, string> = {}, entryArgs: string[] = []): Promise<ServiceHandle> {
   const port = env.PORT ? Number(env.PORT) : await freePort();
   const { cmd, args } = runtimeCommand(runtime, entry);
-  const child = spawnChild(cmd, args, { HOST: '127.0.0.1', ...env, PORT: String(port) });
+  const child = spawnChild(cmd, [...args, ...entryArgs], { HOST: '127.0.0.1', ...env, PORT: String(port) });
   return { ...child, port, url: `http://127.0.0.1:${port}` };
 }
 
@@ -191,4 +195,18 @@ export async function waitForHttp(url: string, options: { timeoutMs?: number; ch
     await new Promise((r) => setTimeout(r, 100));
   }
   throw new Error(`${url} did not answer within the timeout (last: ${String(last)}); output:\n${options.child?.output() ?? ''}`);
+}
+
+/** A running process's HTTP API as a RequestHandler (`postJson(overHttp(service.url), '/orders', body)`). */
+export function overHttp(url: string): RequestHandler {
+  return { request: (path, init) => fetch(`${url}${path}`, init) };
+}
+
+/** Waits for `wait`; when it fails, the error carries `child`'s output, which usually says why. */
+export async function withOutput<T>(child: Pick<ChildHandle, 'output'>, wait: Promise<T>): Promise<T> {
+  try {
+    return await wait;
+  } catch (error) {
+    throw new Error(`${error instanceof Error ? error.message : String(error)}; output:\n${child.output()}`, { cause: error });
+  }
 }

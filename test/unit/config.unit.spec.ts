@@ -21,13 +21,13 @@ describe('config - defaults', () => {
     vi.unstubAllEnvs();
   });
 
-  it('an empty env gives the defaults of DESIGN.md §9', () => {
+  it('an empty env gives the documented defaults', () => {
     expect(parseConfig({})).toMatchObject({
       PORT: 3000,
       DATABASE_URL: 'file:./data/app.db',
       NATS_URL: 'nats://127.0.0.1:4222',
-      NATS_STREAM: 'EVENTS',
-      EVENTS_SUBJECT_PREFIX: 'events',
+      NATS_STREAM: 'HONO_OUTBOX',
+      EVENTS_SUBJECT_PREFIX: 'hono-outbox',
       RELAY_POLL_MS: 100,
       RELAY_BATCH: 500,
       RELAY_MAX_IN_FLIGHT: 256,

@@ -1,6 +1,6 @@
 import { integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
 
-/** Per-customer order counters of the `reporting` subscriber (DESIGN.md §8 read model). */
+/** Per-customer order counters: the read model of the `reporting` subscriber, served at /reports. */
 export const customerReports = sqliteTable('customer_reports', {
   customerId: text('customer_id').primaryKey(),
   ordersPlaced: integer('orders_placed').notNull().default(0),

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { cancel, place, type Order, type PlaceOrder } from '../../src/orders/order.ts';
+import { cancel, place, type Order, type PlaceOrder } from '../../src/contexts/orders/order.ts';
 
 const placedAt = new Date('2026-01-02T03:04:05.678Z');
 const cancelledAt = new Date('2026-01-03T00:00:00.000Z');

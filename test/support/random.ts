@@ -1,6 +1,8 @@
+// Seeded randomness for tests whose cases are generated: a failing case is reproducible from its seed.
 /** A small seeded PRNG (mulberry32): the same seed gives the same sequence on every machine. */
 export type Random = { next(): number; int(min: number, max: number): number; pick<T>(items: readonly T[]): T; chance(p: number): boolean };
 
+/** A mulberry32 generator seeded with `seed`. */
 export function createRandom(seed: number): Random {
   let a = seed >>> 0;
   const next = () => {

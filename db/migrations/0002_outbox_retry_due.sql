@@ -1,0 +1,1 @@
+CREATE INDEX `idx_outbox_retry_due` ON `outbox` (`available_at`) WHERE "outbox"."attempts" > 0 AND "outbox"."status" = 'pending';

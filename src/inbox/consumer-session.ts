@@ -1,0 +1,219 @@
+import type { JsMsg } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/nats-core';
+import { createSignal } from '../signal.ts';
+import type { BackoffSettings } from '../worker/backoff.ts';
+import type { BrokerStateTracker } from '../worker/broker-state.ts';
+import { sleep } from '../worker/sleep.ts';
+import { createStopControl, type StopOptions } from '../worker/stop-control.ts';
+import { describeError, type InboxResult } from './handle-once.ts';
+import { createHeldMessages, type HeldMessage } from './held-messages.ts';
+import type { InboxMessage } from './inbox-message.ts';
+import { createOutcomes, emptySummary, finalOutcomes, type ConsumerRunSummary } from './message-outcomes.ts';
+import { pullMessages, type PullSession, type PullSettings } from './pull-messages.ts';
+import { createRedeliveryBarrier, type RedeliveryBarrier } from './redelivery-barrier.ts';
+import { stopWhenIdle } from './stop-when-idle.ts';
+import type { BatchWrites } from './write-until-committed.ts';
+
+/** Test-only fault injection at the consumer's dangerous point. */
+export type ConsumerFaults = {
+  /**
+   * Runs after a message's transaction committed and before it is acknowledged. Throwing simulates a crash
+   * there: nothing more is acknowledged, the runner stops and `run` rejects with the error.
+   */
+  afterCommit?(msg: InboxMessage, result: InboxResult): void | Promise<void>;
+};
+
+/** `signal` and `timeLimitMs` stop pulling; the batch being written finishes and is acknowledged, the rest is handed back. */
+export type ConsumerRunOptions = StopOptions & {
+  /** Stops once this many messages reached a final outcome (processed, duplicate, ignored or dead-lettered). */
+  maxMessages?: number;
+  /** Stops once the consumer has nothing pending and nothing awaiting acknowledgement (bounded runs, tests). */
+  untilIdle?: boolean;
+};
+
+/** What every run of one consumer shares, prepared once by createConsumerRunner. */
+export type ConsumerSessionParts = {
+  /** Connection, stream and durable consumer (its ack_wait and max_ack_pending bound what a run holds). */
+  pull: PullSettings;
+  /** Most messages in one write. */
+  batch: number;
+  /** How often held messages are kept alive at the broker (well inside ack_wait). */
+  heartbeatMs: number;
+  idleCheckMs: number;
+  /** The delay before a failed handler is tried again, by attempt. */
+  retryDelay: BackoffSettings;
+  broker: BrokerStateTracker;
+  writes: BatchWrites;
+  faults?: ConsumerFaults | undefined;
+};
+
+/**
+ * One run of a consumer (see createConsumerRunner for its guarantees): pulls while there is room, holds what it
+ * pulled with progress heartbeats, writes held messages in stream order and answers each after its write committed
+ * (see createOutcomes), until `options` stop it; then hands back, in stream order, what it still holds. Rejects
+ * with a fatal pull error (an unsafe configuration) or a fault's simulated crash.
+ */
+export async function runConsumerSession(parts: ConsumerSessionParts, options: ConsumerRunOptions = {}): Promise<ConsumerRunSummary> {
+  const { pull, batch, broker, writes, faults } = parts;
+  const { name, log } = pull;
+  const summary = emptySummary();
+  const stop = createStopControl(options);
+  /** Set by a fault that simulates a crash: nothing is answered afterwards. */
+  let crash: { error: unknown } | undefined;
+  let fatal: { error: unknown } | undefined;
+  const held = createHeldMessages();
+  const wake = createSignal(); // the write loop: something arrived or became due
+  const roomFreed = createSignal(); // the pull loop: a write ended or the database came back
+  stop.signal.addEventListener('abort', () => (wake.notify(), roomFreed.notify()), { once: true });
+  let nc: NatsConnection | undefined;
+  let session: PullSession | undefined;
+  let epoch = 0; // bumped when the stream was re-created: its sequence numbers name other messages
+  let barrier: RedeliveryBarrier | undefined;
+  let writing = false;
+  let lastDelivery = Date.now();
+
+  /** Answers every copy; never for a stream that was deleted since (its sequence numbers now name other messages). */
+  const answer = (h: HeldMessage, how: (m: JsMsg) => void, what: string) => {
+    if (h.epoch !== epoch) return;
+    for (const m of h.copies) {
+      try {
+        how(m);
+      } catch (error) {
+        log.warn(`consumer: could not ${what}; the broker will deliver the message again`, { consumer: name, eventId: h.msg.fallbackId, error: describeError(error) });
+      }
+    }
+  };
+
+  const heartbeat = setInterval(() => crash || held.keepAlive(epoch), parts.heartbeatMs);
+
+  const release = (h: HeldMessage, how: (m: JsMsg) => void, what: string) => {
+    answer(h, how, what);
+    held.release(h);
+  };
+  const outcome = createOutcomes({ consumer: name, log, retryDelay: parts.retryDelay }, summary, {
+    ack: (h) => release(h, (m) => m.ack(), 'acknowledge'),
+    term: (h) => release(h, (m) => m.term(), 'terminate'),
+  });
+  const respond = (h: HeldMessage, msg: InboxMessage, result: InboxResult) => {
+    outcome(h, msg, result);
+    if (options.maxMessages !== undefined && finalOutcomes(summary) >= options.maxMessages) stop.stop();
+  };
+
+  /** One write of held messages in stream order; each is answered only after that write committed. */
+  const processHeld = async (taken: HeldMessage[]): Promise<void> => {
+    const msgs = taken.map((h) => ({ ...h.msg, deliveryCount: h.msg.deliveryCount + h.failures }));
+    const results = await writes.write(msgs, stop.signal, { failed: () => summary.databaseErrors++, recovered: () => roomFreed.notify() });
+    if (!results) return;
+    for (let k = 0; k < taken.length; k++) {
+      if (crash) return;
+      const result = results[k]!;
+      if (result.outcome !== 'deferred') {
+        try {
+          await faults?.afterCommit?.(msgs[k]!, result);
+        } catch (error) {
+          crash = { error };
+          stop.stop();
+          return;
+        }
+      }
+      respond(taken[k]!, msgs[k]!, result);
+    }
+  };
+
+  const work = async (): Promise<void> => {
+    while (!stop.signal.aborted) {
+      const now = Date.now();
+      if (barrier && !barrier.isOpen(now)) {
+        await wake.wait(barrier.deadline - now, stop.signal);
+        continue;
+      }
+      const ready = held.ready(now);
+      if (ready === 0) {
+        const next = held.nextRetryAt(now);
+        await wake.wait(next === undefined ? 60_000 : next - now, stop.signal);
+        continue;
+      }
+      // A short macrotask pause lets every message of the socket read that woke us join the batch.
+      if (ready < batch) await sleep(0);
+      if (stop.signal.aborted) break;
+      const taken = held.take(batch, Date.now());
+      if (taken.length === 0) continue;
+      writing = true;
+      try {
+        await processHeld(taken);
+      } finally {
+        held.settle();
+        writing = false;
+        roomFreed.notify();
+      }
+    }
+  };
+
+  const pulling = pullMessages(
+    pull,
+    {
+      async room() {
+        for (;;) {
+          if (stop.signal.aborted) return 0;
+          const now = Date.now();
+          const space = pull.consumer.maxAckPending - held.size();
+          // While waiting for an earlier run's messages, keep pulling: they only come back through pulls.
+          const waiting = barrier !== undefined && !barrier.isOpen(now);
+          if (writes.state() === 'ok' && space > 0 && (waiting || held.ready(now) < batch)) return Math.min(batch, space);
+          await roomFreed.wait(1000, stop.signal);
+        }
+      },
+      admit(m) {
+        lastDelivery = Date.now();
+        if (crash) return;
+        if (stop.signal.aborted) {
+          m.nak(); // pulled but not started: hand it back at once rather than after ack_wait
+          return;
+        }
+        barrier?.see(m.info.streamSequence);
+        held.add(m, epoch);
+        wake.notify();
+      },
+      connected(next) {
+        nc = next;
+      },
+      ready(s) {
+        const first = session === undefined;
+        if (session && s.streamCreated !== session.streamCreated) {
+          epoch++;
+          if (held.size() > 0) log.warn('consumer: the stream was re-created; the messages held from the old one are still applied, never answered', { consumer: name, held: held.size() });
+        }
+        session = s;
+        if (first && s.info.num_ack_pending > 0 && held.size() === 0) {
+          barrier = createRedeliveryBarrier({ upTo: s.info.delivered.stream_seq, expected: s.info.num_ack_pending, deadline: Date.now() + Math.round(pull.consumer.ackWaitMs * 1.5) + 1000 });
+          log.info('consumer: waiting for the messages an earlier run left unacknowledged before applying newer ones', { consumer: name, unacknowledged: s.info.num_ack_pending });
+        }
+      },
+      brokerState: broker.set,
+      brokerError() {
+        summary.brokerErrors++;
+      },
+    },
+    stop.signal,
+  ).catch((error: unknown) => {
+    fatal = { error };
+    stop.stop();
+  });
+
+  try {
+    const idle = { everyMs: parts.idleCheckMs, session: () => session, busy: () => writing || held.size() > 0, lastDelivery: () => lastDelivery };
+    await Promise.all([work(), pulling, options.untilIdle ? stopWhenIdle(idle, stop) : undefined]);
+  } finally {
+    clearInterval(heartbeat);
+    stop.dispose();
+    if (!crash) {
+      // Handed back in stream order, so they come back in that order.
+      for (const h of held.inOrder()) answer(h, (m) => m.nak(), 'hand the message back');
+      await nc?.flush().catch(() => undefined); // the answers reach the broker before the connection closes
+    }
+    await nc?.close().catch(() => undefined);
+  }
+  if (fatal) throw fatal.error;
+  if (crash) throw crash.error;
+  return summary;
+}

@@ -1,0 +1,27 @@
+import { registryOf, type Modules } from '../compose/define-modules.ts';
+import type { Database } from '../db/open-database.ts';
+import { createDeps, type Deps } from '../deps.ts';
+import type { Logger } from '../logger.ts';
+import { createMetrics, type Metrics } from '../metrics/metrics.ts';
+import type { CompactionSchedule } from '../ops/compaction.ts';
+import { createOutboxMetrics, registerOutboxGauges, type OutboxMetrics } from '../outbox/outbox-metrics.ts';
+import type { Signal } from '../signal.ts';
+
+/** What the roles of one process share: its composition, the service database's deps (one write queue) and its metrics. */
+export type RoleDeps = { modules: Modules; deps: Deps; metrics: Metrics; outboxMetrics: OutboxMetrics };
+
+/** Periodic work a role leaves to its process, run on `schedule` until `signal` aborts; a failure never ends it. */
+export type Housekeeping = (schedule: CompactionSchedule, signal: AbortSignal) => Promise<void>;
+
+/**
+ * The shared deps over the service database `db`, with a new metrics registry holding the outbox counters and the
+ * backlog gauges. `outboxCommitted` is what a commit notifies (the relays' wake-up); a signal nobody waits on if omitted.
+ */
+export function createRoleDeps(db: Database, io: { modules: Modules; log: Logger; clock?: () => Date; outboxCommitted?: Signal }): RoleDeps {
+  const clock = io.clock ?? (() => new Date());
+  const metrics = createMetrics();
+  const outboxMetrics = createOutboxMetrics(metrics);
+  registerOutboxGauges(metrics, db, clock);
+  const deps = createDeps(db, io.log, registryOf(io.modules), { clock, ...(io.outboxCommitted ? { outboxCommitted: io.outboxCommitted } : {}) });
+  return { modules: io.modules, deps, metrics, outboxMetrics };
+}
