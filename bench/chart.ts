@@ -20,7 +20,10 @@ type CommandsResult = {
   connections: number;
   seconds: number;
   variants: Array<{ key: string; id: string; label: string }>;
-  runtimes: Record<string, { variants: Record<string, { reqPerSec?: number; p99Ms?: number; error?: string }>; ratios?: { cOverB: number; cOverD: number; cOverA: number } }>;
+  runtimes: Record<
+    string,
+    { variants: Record<string, { reqPerSec?: number; p99Ms?: number; error?: string }>; ratios?: { cOverB: number; cOverD: number; cOverA: number } }
+  >;
 };
 export type Summary = { startedAt?: string; quick?: boolean; machine?: Record<string, unknown>; results: Record<string, unknown> };
 
@@ -36,12 +39,43 @@ const fmt = (n: number) => (n >= 10_000 ? `${Math.round(n / 1000)}k` : n >= 1000
 function lagPanel(lag: LagResult | undefined, top: number): string {
   const h = 330;
   const box = { x: 70, y: top + 50, w: W - 400, h: h - 100 };
-  const out = [text(20, top + 24, lag ? `End-to-end lag at ${lag.rate} commands/s for ${lag.seconds} s (${lag.runtime}, ${lag.topology})` : 'End-to-end lag: no bench:lag result', `font-size="15" font-weight="600"`)];
+  const out = [
+    text(
+      20,
+      top + 24,
+      lag ? `End-to-end lag at ${lag.rate} commands/s for ${lag.seconds} s (${lag.runtime}, ${lag.topology})` : 'End-to-end lag: no bench:lag result',
+      `font-size="15" font-weight="600"`,
+    ),
+  ];
   if (!lag) return out.join('\n');
   const series = [
-    { name: 'commit → PubAck (histogram buckets)', color: '#54a24b', d: lag.commitToPubAck, steps: true, p50: lag.commitToPubAck?.p50AtMostMs, p99: lag.commitToPubAck?.p99AtMostMs, le: true },
-    { name: 'commit → marked sent (outbox.sent_at)', color: '#4c78a8', d: lag.commitToSentAt, steps: false, p50: lag.commitToSentAt?.p50Ms, p99: lag.commitToSentAt?.p99Ms, le: false },
-    { name: 'commit → applied (inbox.received_at)', color: '#f58518', d: lag.commitToApplied, steps: false, p50: lag.commitToApplied?.p50Ms, p99: lag.commitToApplied?.p99Ms, le: false },
+    {
+      name: 'commit → PubAck (histogram buckets)',
+      color: '#54a24b',
+      d: lag.commitToPubAck,
+      steps: true,
+      p50: lag.commitToPubAck?.p50AtMostMs,
+      p99: lag.commitToPubAck?.p99AtMostMs,
+      le: true,
+    },
+    {
+      name: 'commit → marked sent (outbox.sent_at)',
+      color: '#4c78a8',
+      d: lag.commitToSentAt,
+      steps: false,
+      p50: lag.commitToSentAt?.p50Ms,
+      p99: lag.commitToSentAt?.p99Ms,
+      le: false,
+    },
+    {
+      name: 'commit → applied (inbox.received_at)',
+      color: '#f58518',
+      d: lag.commitToApplied,
+      steps: false,
+      p50: lag.commitToApplied?.p50Ms,
+      p99: lag.commitToApplied?.p99Ms,
+      le: false,
+    },
   ];
   const hist = lag.commitToPubAck?.cdf ?? [];
   const histMax = hist.find(([, pct]) => pct >= 100)?.[0] ?? hist.at(-1)?.[0] ?? 0;
@@ -55,18 +89,40 @@ function lagPanel(lag: LagResult | undefined, top: number): string {
   const y = (pct: number) => box.y + box.h - (nines(pct) / MAX_NINES) * box.h;
   out.push(`<rect x="${box.x}" y="${box.y}" width="${box.w}" height="${box.h}" fill="none" stroke="#ccc"/>`);
   for (let v = lo; v <= hi; v *= 10) {
-    out.push(`<line x1="${x(v)}" y1="${box.y}" x2="${x(v)}" y2="${box.y + box.h}" stroke="#eee"/>`, text(x(v), box.y + box.h + 16, v >= 1000 ? `${v / 1000} s` : `${v} ms`, 'font-size="11" text-anchor="middle" fill="#555"'));
+    out.push(
+      `<line x1="${x(v)}" y1="${box.y}" x2="${x(v)}" y2="${box.y + box.h}" stroke="#eee"/>`,
+      text(x(v), box.y + box.h + 16, v >= 1000 ? `${v / 1000} s` : `${v} ms`, 'font-size="11" text-anchor="middle" fill="#555"'),
+    );
   }
   for (const pct of [0, 50, 90, 99, 99.9, 100]) {
-    out.push(`<line x1="${box.x}" y1="${y(pct)}" x2="${box.x + box.w}" y2="${y(pct)}" stroke="#eee"/>`, text(box.x - 6, y(pct) + 4, pct === 100 ? 'max' : `${pct}%`, 'font-size="11" text-anchor="end" fill="#555"'));
+    out.push(
+      `<line x1="${box.x}" y1="${y(pct)}" x2="${box.x + box.w}" y2="${y(pct)}" stroke="#eee"/>`,
+      text(box.x - 6, y(pct) + 4, pct === 100 ? 'max' : `${pct}%`, 'font-size="11" text-anchor="end" fill="#555"'),
+    );
   }
-  out.push(text(box.x + box.w / 2, box.y + box.h + 34, 'latency (log scale; values below 1 ms drawn at 1 ms)', 'font-size="11" text-anchor="middle" fill="#555"'));
-  out.push(text(16, box.y + box.h / 2, 'share of events at or below', `font-size="11" fill="#555" transform="rotate(-90 16 ${box.y + box.h / 2})" text-anchor="middle"`));
+  out.push(
+    text(box.x + box.w / 2, box.y + box.h + 34, 'latency (log scale; values below 1 ms drawn at 1 ms)', 'font-size="11" text-anchor="middle" fill="#555"'),
+  );
+  out.push(
+    text(
+      16,
+      box.y + box.h / 2,
+      'share of events at or below',
+      `font-size="11" fill="#555" transform="rotate(-90 16 ${box.y + box.h / 2})" text-anchor="middle"`,
+    ),
+  );
   series.forEach((s, i) => {
     const ly = box.y + 10 + i * 46;
     const lx = box.x + box.w + 20;
     out.push(`<rect x="${lx}" y="${ly - 9}" width="14" height="4" fill="${s.color}"/>`, text(lx + 20, ly - 3, s.name, 'font-size="11"'));
-    out.push(text(lx + 20, ly + 12, s.d ? `p50 ${s.le ? '≤ ' : ''}${s.p50} ms · p99 ${s.le ? '≤ ' : ''}${s.p99} ms · n=${s.d.samples}` : 'no data', 'font-size="11" fill="#555"'));
+    out.push(
+      text(
+        lx + 20,
+        ly + 12,
+        s.d ? `p50 ${s.le ? '≤ ' : ''}${s.p50} ms · p99 ${s.le ? '≤ ' : ''}${s.p99} ms · n=${s.d.samples}` : 'no data',
+        'font-size="11" fill="#555"',
+      ),
+    );
     if (!s.d || s.d.cdf.length === 0) return;
     if (s.steps) {
       // histogram: the share of events at or below each bucket bound (points joined as steps)
@@ -89,7 +145,14 @@ function lagPanel(lag: LagResult | undefined, top: number): string {
 function throughputPanel(cmd: CommandsResult | undefined, top: number): string {
   const h = 360;
   const box = { x: 70, y: top + 60, w: W - 400, h: h - 120 };
-  const out = [text(20, top + 24, cmd ? `POST /orders throughput by variant (${cmd.connections} connections, ${cmd.seconds} s each, autocannon)` : 'Throughput: no bench:commands result', `font-size="15" font-weight="600"`)];
+  const out = [
+    text(
+      20,
+      top + 24,
+      cmd ? `POST /orders throughput by variant (${cmd.connections} connections, ${cmd.seconds} s each, autocannon)` : 'Throughput: no bench:commands result',
+      `font-size="15" font-weight="600"`,
+    ),
+  ];
   if (!cmd) return out.join('\n');
   const colors = ['#9aa5b1', '#4c78a8', '#f58518', '#e45756'];
   const runtimes = Object.keys(cmd.runtimes);
@@ -100,7 +163,10 @@ function throughputPanel(cmd: CommandsResult | undefined, top: number): string {
   const top_ = Math.ceil(maxV / step) * step;
   const y = (v: number) => box.y + box.h - (v / top_) * box.h;
   for (let v = 0; v <= top_; v += top_ / 5) {
-    out.push(`<line x1="${box.x}" y1="${y(v)}" x2="${box.x + box.w}" y2="${y(v)}" stroke="#eee"/>`, text(box.x - 6, y(v) + 4, fmt(v), 'font-size="11" text-anchor="end" fill="#555"'));
+    out.push(
+      `<line x1="${box.x}" y1="${y(v)}" x2="${box.x + box.w}" y2="${y(v)}" stroke="#eee"/>`,
+      text(box.x - 6, y(v) + 4, fmt(v), 'font-size="11" text-anchor="end" fill="#555"'),
+    );
   }
   out.push(text(16, box.y + box.h / 2, 'requests/s (2xx)', `font-size="11" fill="#555" transform="rotate(-90 16 ${box.y + box.h / 2})" text-anchor="middle"`));
   const groupW = box.w / Math.max(1, runtimes.length);
@@ -114,23 +180,39 @@ function throughputPanel(cmd: CommandsResult | undefined, top: number): string {
         out.push(text(bx + barW / 2, box.y + box.h - 4, 'err', 'font-size="10" text-anchor="middle" fill="#c00"'));
         return;
       }
-      out.push(`<rect x="${bx + 2}" y="${y(res.reqPerSec)}" width="${barW - 4}" height="${box.y + box.h - y(res.reqPerSec)}" fill="${colors[vi % colors.length]}"><title>${esc(`${r} (${v.key}) ${v.label}: ${res.reqPerSec} req/s, p99 ${res.p99Ms} ms`)}</title></rect>`);
+      out.push(
+        `<rect x="${bx + 2}" y="${y(res.reqPerSec)}" width="${barW - 4}" height="${box.y + box.h - y(res.reqPerSec)}" fill="${colors[vi % colors.length]}"><title>${esc(`${r} (${v.key}) ${v.label}: ${res.reqPerSec} req/s, p99 ${res.p99Ms} ms`)}</title></rect>`,
+      );
       out.push(text(bx + barW / 2, y(res.reqPerSec) - 4, fmt(res.reqPerSec), 'font-size="10" text-anchor="middle"'));
     });
     const ceiling = CEILINGS[r];
     if (ceiling) {
       const x1 = gx - 6;
       const x2 = gx + barW * cmd.variants.length + 6;
-      out.push(`<line x1="${x1}" y1="${y(ceiling)}" x2="${x2}" y2="${y(ceiling)}" stroke="#333" stroke-dasharray="4 3"/>`, text(x2, y(ceiling) - 4, `§10 ${fmt(ceiling)}`, 'font-size="10" text-anchor="end" fill="#333"'));
+      out.push(
+        `<line x1="${x1}" y1="${y(ceiling)}" x2="${x2}" y2="${y(ceiling)}" stroke="#333" stroke-dasharray="4 3"/>`,
+        text(x2, y(ceiling) - 4, `§10 ${fmt(ceiling)}`, 'font-size="10" text-anchor="end" fill="#333"'),
+      );
     }
     out.push(text(box.x + gi * groupW + groupW / 2, box.y + box.h + 18, r, 'font-size="13" text-anchor="middle" font-weight="600"'));
     const q = cmd.runtimes[r]!.ratios;
-    if (q) out.push(text(box.x + gi * groupW + groupW / 2, box.y + box.h + 34, `c/b ${q.cOverB} · c/d ${q.cOverD} · c/a ${q.cOverA}`, 'font-size="11" text-anchor="middle" fill="#555"'));
+    if (q)
+      out.push(
+        text(
+          box.x + gi * groupW + groupW / 2,
+          box.y + box.h + 34,
+          `c/b ${q.cOverB} · c/d ${q.cOverD} · c/a ${q.cOverA}`,
+          'font-size="11" text-anchor="middle" fill="#555"',
+        ),
+      );
   });
   cmd.variants.forEach((v, vi) => {
     const ly = box.y + 10 + vi * 26;
     const lx = box.x + box.w + 20;
-    out.push(`<rect x="${lx}" y="${ly - 10}" width="12" height="12" fill="${colors[vi % colors.length]}"/>`, text(lx + 18, ly, `(${v.key}) ${v.label}`, 'font-size="11"'));
+    out.push(
+      `<rect x="${lx}" y="${ly - 10}" width="12" height="12" fill="${colors[vi % colors.length]}"/>`,
+      text(lx + 18, ly, `(${v.key}) ${v.label}`, 'font-size="11"'),
+    );
   });
   out.push(text(box.x + box.w + 20, box.y + 10 + cmd.variants.length * 26 + 8, '- - - reference ceiling (trivial zod POST)', 'font-size="11" fill="#333"'));
   return out.join('\n');

@@ -130,11 +130,16 @@ async function main() {
     };
     result.p99Ratio = round(result.duringCompaction.p99Ms / result.idle.p99Ms);
     const show = (s: typeof result.idle) => `p50 ${s.p50Ms} ms, p99 ${s.p99Ms} ms, max ${s.maxMs} ms (${s.requests} requests, ${s.failed} failed)`;
-    console.log(`compaction: ${done.deleted} rows in ${done.batches} batches, ${result.compaction.totalMs} ms (${result.compaction.rowsPerSec} rows/s; batches ${result.compaction.batchMs.join(', ')} ms); ${left} pre-filled rows left`);
+    console.log(
+      `compaction: ${done.deleted} rows in ${done.batches} batches, ${result.compaction.totalMs} ms (${result.compaction.rowsPerSec} rows/s; batches ${result.compaction.batchMs.join(', ')} ms); ${left} pre-filled rows left`,
+    );
     console.log(`POST idle:              ${show(result.idle)}`);
     console.log(`POST during compaction: ${show(result.duringCompaction)}`);
     console.log(`p99 during / idle = ${result.p99Ratio}`);
-    if (result.idle.p50Ms > 1000) console.log(`MISS: the service did not keep up with ${RATE} POST/s even before compaction (idle p50 ${result.idle.p50Ms} ms): the ratio compares two overloads; lower --rate`);
+    if (result.idle.p50Ms > 1000)
+      console.log(
+        `MISS: the service did not keep up with ${RATE} POST/s even before compaction (idle p50 ${result.idle.p50Ms} ms): the ratio compares two overloads; lower --rate`,
+      );
     console.log(`results: ${saveResult('cleanup', result)}`);
   } finally {
     for (const c of children.reverse()) await c.stop();

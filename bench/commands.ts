@@ -56,7 +56,9 @@ const VARIANTS: Variant[] = [
 const variantsArg = stringArg('variants', 'a,b,c,d,e').split(',');
 const selected = VARIANTS.filter((v) => variantsArg.includes(v.key));
 
-type VariantResult = { reqPerSec: number; p50Ms: number; p99Ms: number; avgMs: number; maxMs: number; ok: number; non2xx: number; errors: number; timeouts: number } | { error: string };
+type VariantResult =
+  | { reqPerSec: number; p50Ms: number; p99Ms: number; avgMs: number; maxMs: number; ok: number; non2xx: number; errors: number; timeouts: number }
+  | { error: string };
 
 const body = JSON.stringify(orderBody());
 const JSON_TYPE = { 'content-type': 'application/json' };
@@ -80,7 +82,13 @@ async function cancelledOrder(url: string): Promise<string> {
 }
 
 async function measure(runtime: Runtime, v: Variant, natsUrl: string, dir: string): Promise<VariantResult> {
-  const env = { ...v.env, DATABASE_URL: `file:${join(dir, `${runtime}-${v.id}.db`)}`, NATS_URL: natsUrl, NATS_STREAM: `BENCH_${runtime.toUpperCase()}`, EVENTS_SUBJECT_PREFIX: `bench_${runtime}` };
+  const env = {
+    ...v.env,
+    DATABASE_URL: `file:${join(dir, `${runtime}-${v.id}.db`)}`,
+    NATS_URL: natsUrl,
+    NATS_STREAM: `BENCH_${runtime.toUpperCase()}`,
+    EVENTS_SUBJECT_PREFIX: `bench_${runtime}`,
+  };
   let server;
   try {
     server = await startServer(`${v.id}`, runtime, v.entry(runtime), env);
@@ -126,7 +134,11 @@ async function main() {
         process.stdout.write(`${runtime} (${v.key}) ${v.id} … `);
         const r = await measure(runtime, v, nats.url, tmp.dir);
         variants[v.id] = r;
-        console.log('error' in r ? `ERROR ${r.error}` : `${r.reqPerSec} req/s, p50 ${r.p50Ms} ms, p99 ${r.p99Ms} ms${r.non2xx + r.errors + r.timeouts ? `, ${r.non2xx} non-2xx, ${r.errors} errors, ${r.timeouts} timeouts` : ''}`);
+        console.log(
+          'error' in r
+            ? `ERROR ${r.error}`
+            : `${r.reqPerSec} req/s, p50 ${r.p50Ms} ms, p99 ${r.p99Ms} ms${r.non2xx + r.errors + r.timeouts ? `, ${r.non2xx} non-2xx, ${r.errors} errors, ${r.timeouts} timeouts` : ''}`,
+        );
       }
       const [a, b, c, d, e] = VARIANTS.map((v) => variants[v.id]);
       byRuntime[runtime] = { variants, ratios: { cOverB: ratio(c, b), cOverD: ratio(c, d), cOverA: ratio(c, a), eOverC: ratio(e, c) } };
@@ -136,14 +148,18 @@ async function main() {
     await nats[Symbol.asyncDispose]();
   }
 
-  console.log(`\nPOST /orders, ${CONNECTIONS} connections, ${SECONDS} s measured after ${WARMUP} s warm-up (autocannon in the bench process, server in a child)`);
+  console.log(
+    `\nPOST /orders, ${CONNECTIONS} connections, ${SECONDS} s measured after ${WARMUP} s warm-up (autocannon in the bench process, server in a child)`,
+  );
   console.log(`${'runtime'.padEnd(8)}${selected.map((v) => `(${v.key}) ${v.id}`.padEnd(26)).join('')}c/b    c/d    c/a    e/c`);
   for (const [runtime, row] of Object.entries(byRuntime)) {
     const cells = selected.map((v) => {
       const r = row.variants[v.id];
       return (r && 'reqPerSec' in r ? `${r.reqPerSec}/s ${r.p50Ms}|${r.p99Ms} ms` : 'error').padEnd(26);
     });
-    console.log(`${runtime.padEnd(8)}${cells.join('')}${String(row.ratios.cOverB).padEnd(7)}${String(row.ratios.cOverD).padEnd(7)}${String(row.ratios.cOverA).padEnd(7)}${row.ratios.eOverC}`);
+    console.log(
+      `${runtime.padEnd(8)}${cells.join('')}${String(row.ratios.cOverB).padEnd(7)}${String(row.ratios.cOverD).padEnd(7)}${String(row.ratios.cOverA).padEnd(7)}${row.ratios.eOverC}`,
+    );
   }
   const result = {
     bench: 'commands',

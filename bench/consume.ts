@@ -37,7 +37,14 @@ function orderEvents(n: number): IntegrationEvent[] {
       aggregateId: orderId,
       aggregateVersion: 1,
       occurredAt: at,
-      data: { orderId, customerId: `c${i % 500}`, currency: 'EUR', items, totalCents: items.reduce((s, l) => s + l.quantity * l.unitPriceCents, 0), placedAt: at },
+      data: {
+        orderId,
+        customerId: `c${i % 500}`,
+        currency: 'EUR',
+        items,
+        totalCents: items.reduce((s, l) => s + l.quantity * l.unitPriceCents, 0),
+        placedAt: at,
+      },
     };
   });
 }
@@ -65,7 +72,12 @@ async function prePublish(url: string, stream: typeof TEST_STREAM, events: Integ
 }
 
 /** Consumes the whole stream with a fresh durable consumer and database; returns events/s. */
-async function consumeAll(url: string, stream: typeof TEST_STREAM, name: string, withInbox: boolean): Promise<{ perSec: number; perCpuSec: number; check: number }> {
+async function consumeAll(
+  url: string,
+  stream: typeof TEST_STREAM,
+  name: string,
+  withInbox: boolean,
+): Promise<{ perSec: number; perCpuSec: number; check: number }> {
   const sdb = await createSubscriberDb({ migrations: subscriberMigrationsFolder('reporting') });
   try {
     // Same decode and validation, same one-write-per-batch shape, handler in order: only the inbox claim is missing.
@@ -127,7 +139,9 @@ async function main() {
     console.log(`(a) reporting through the inbox:  ${result.inboxPerSec} ev/s (median of ${ROUNDS}; ${M} × ~${avgBytes} B, batch ${BATCH})`);
     console.log(`(b) same handler, no inbox row:   ${result.withoutInboxPerSec} ev/s`);
     console.log(`    ratio a/b = ${result.ratioInboxToWithout} (target ≥ 0.8)`);
-    console.log(`    per CPU-second of the consumer: ${result.inboxPerCpuSec} vs ${result.withoutInboxPerCpuSec}, ratio ${result.cpuRatioInboxToWithout} (load average ${result.loadAverage.join(' ')})`);
+    console.log(
+      `    per CPU-second of the consumer: ${result.inboxPerCpuSec} vs ${result.withoutInboxPerCpuSec}, ratio ${result.cpuRatioInboxToWithout} (load average ${result.loadAverage.join(' ')})`,
+    );
     console.log(JSON.stringify(result));
     console.log(`results: ${saveResult('consume', result)}`);
   } finally {

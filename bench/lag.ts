@@ -54,7 +54,10 @@ type Buckets = Array<[leMs: number, count: number]>;
 async function scrapeLagBuckets(url: string): Promise<Buckets> {
   try {
     const text = await (await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(10_000) })).text();
-    return [...text.matchAll(/^outbox_lag_seconds_bucket\{le="([^"]+)"\} (\d+)$/gm)].map((m) => [m[1] === '+Inf' ? Infinity : Number(m[1]) * 1000, Number(m[2])]);
+    return [...text.matchAll(/^outbox_lag_seconds_bucket\{le="([^"]+)"\} (\d+)$/gm)].map((m) => [
+      m[1] === '+Inf' ? Infinity : Number(m[1]) * 1000,
+      Number(m[2]),
+    ]);
   } catch {
     return [];
   }
@@ -103,7 +106,10 @@ async function main() {
   };
   let subscriberHow = 'inline: ROLES=api,relay,consumers';
   try {
-    const service = await startServer('service', RUNTIME, `src/entry/${RUNTIME}.ts`, { ...env, ROLES: SUBSCRIBER_MODE === 'inline' ? 'api,relay,consumers' : 'api,relay' });
+    const service = await startServer('service', RUNTIME, `src/entry/${RUNTIME}.ts`, {
+      ...env,
+      ROLES: SUBSCRIBER_MODE === 'inline' ? 'api,relay,consumers' : 'api,relay',
+    });
     children.push(service);
     if (SUBSCRIBER_MODE === 'process') {
       const sub = subscriberCommand(SUBSCRIBER);
@@ -122,7 +128,8 @@ async function main() {
       }
     }, 60_000);
     await nc.close();
-    if (!ready) throw new Error(`the ${SUBSCRIBER} consumer never appeared (${subscriberHow}); output:\n${children.map((c) => `[${c.name}] ${c.output()}`).join('\n')}`);
+    if (!ready)
+      throw new Error(`the ${SUBSCRIBER} consumer never appeared (${subscriberHow}); output:\n${children.map((c) => `[${c.name}] ${c.output()}`).join('\n')}`);
 
     console.log(`lag: ${RATE} commands/s for ${WARMUP} s warm-up + ${SECONDS} s to the ${RUNTIME} service; subscriber ${subscriberHow}`);
     const loadStart = Date.now();
@@ -145,7 +152,8 @@ async function main() {
 
     const rows = (await app.execute({ sql: 'SELECT id, occurred_at, sent_at FROM outbox WHERE occurred_at >= ?', args: [measureFrom] })).rows;
     const received = new Map<string, number>();
-    for (const r of (await sub.execute({ sql: 'SELECT event_id, received_at FROM inbox WHERE consumer = ?', args: [SUBSCRIBER] }).catch(() => ({ rows: [] }))).rows) {
+    for (const r of (await sub.execute({ sql: 'SELECT event_id, received_at FROM inbox WHERE consumer = ?', args: [SUBSCRIBER] }).catch(() => ({ rows: [] })))
+      .rows) {
       received.set(String(r.event_id), Number(r.received_at));
     }
     app.close();
@@ -181,13 +189,17 @@ async function main() {
       machine: await describeMachine(),
     };
     const line = (name: string, d: ReturnType<typeof distribution>) => `${name}: p50 ${d.p50Ms} ms, p99 ${d.p99Ms} ms, max ${d.maxMs} ms (${d.samples} events)`;
-    console.log(`sent ${result.sentRate} commands/s, last answer after ${(load.totalMs / 1000).toFixed(1)} s; POST p50 ${result.http.p50Ms} ms, p99 ${result.http.p99Ms} ms, ${result.http.failed} failed of ${result.http.requests}`);
+    console.log(
+      `sent ${result.sentRate} commands/s, last answer after ${(load.totalMs / 1000).toFixed(1)} s; POST p50 ${result.http.p50Ms} ms, p99 ${result.http.p99Ms} ms, ${result.http.failed} failed of ${result.http.requests}`,
+    );
     const h = result.commitToPubAck;
     console.log(`commit → PubAck  (histogram): p50 ≤ ${h.p50AtMostMs} ms, p99 ≤ ${h.p99AtMostMs} ms, max ≤ ${h.maxAtMostMs} ms (${h.samples} events)`);
     console.log(line('commit → sent_at', result.commitToSentAt));
     console.log(line('commit → applied', result.commitToApplied));
-    if (result.http.p50Ms > 1000) console.log(`MISS: the service did not keep up with ${RATE} commands/s (POST p50 ${result.http.p50Ms} ms; requests queued in the client)`);
-    if (!drained) console.log(`MISS: not drained ${Math.round(DRAIN_MS / 1000)} s after the load: ${result.notPublished} unpublished, ${result.notApplied} not applied`);
+    if (result.http.p50Ms > 1000)
+      console.log(`MISS: the service did not keep up with ${RATE} commands/s (POST p50 ${result.http.p50Ms} ms; requests queued in the client)`);
+    if (!drained)
+      console.log(`MISS: not drained ${Math.round(DRAIN_MS / 1000)} s after the load: ${result.notPublished} unpublished, ${result.notApplied} not applied`);
     console.log(`results: ${saveResult('lag', result)}`);
   } finally {
     for (const c of children.reverse()) await c.stop();

@@ -134,13 +134,25 @@ async function main() {
       ratioRelayToRawWithHeaders: round(relayRate / rawWithHeaders),
       relayDrainPerSec: Math.round(relayRate),
       ratioRelayToRaw: round(relayRate / raw),
-      lag: { rate: RATE, seconds: SECONDS, achievedRate: Math.round(achievedRate), samples: lags.length, p50Ms: round(percentile(lags, 50)), p99Ms: round(percentile(lags, 99)), maxMs: round(Math.max(...lags)) },
+      lag: {
+        rate: RATE,
+        seconds: SECONDS,
+        achievedRate: Math.round(achievedRate),
+        samples: lags.length,
+        p50Ms: round(percentile(lags, 50)),
+        p99Ms: round(percentile(lags, 99)),
+        maxMs: round(Math.max(...lags)),
+      },
     };
     console.log(`(a) raw pipelined JetStream publish: ${result.rawPublishPerSec} msg/s (${N} × ~${avgBytes} B, ${IN_FLIGHT} in flight)`);
     console.log(`(b) relay draining the outbox:        ${result.relayDrainPerSec} ev/s`);
     console.log(`    ratio b/a = ${result.ratioRelayToRaw} (target ≥ 0.8)`);
-    console.log(`(a') raw publish with the relay's 7 headers, pre-built: ${result.rawWithRelayHeadersPerSec} msg/s; b/a' = ${result.ratioRelayToRawWithHeaders}`);
-    console.log(`(c) commit → PubAck at ${RATE}/s for ${SECONDS}s (achieved ${result.lag.achievedRate}/s): p50 ${result.lag.p50Ms} ms, p99 ${result.lag.p99Ms} ms, max ${result.lag.maxMs} ms (targets p50 ≤ 5, p99 ≤ 50)`);
+    console.log(
+      `(a') raw publish with the relay's 7 headers, pre-built: ${result.rawWithRelayHeadersPerSec} msg/s; b/a' = ${result.ratioRelayToRawWithHeaders}`,
+    );
+    console.log(
+      `(c) commit → PubAck at ${RATE}/s for ${SECONDS}s (achieved ${result.lag.achievedRate}/s): p50 ${result.lag.p50Ms} ms, p99 ${result.lag.p99Ms} ms, max ${result.lag.maxMs} ms (targets p50 ≤ 5, p99 ≤ 50)`,
+    );
     console.log(`results: ${saveResult('relay', result)}`);
   } finally {
     await nats[Symbol.asyncDispose]();

@@ -80,7 +80,14 @@ async function main() {
   const latest = join(import.meta.dirname, 'latest.json');
   // with --only, the other benchmarks' results of the previous summary are kept
   const previous = ONLY && existsSync(latest) ? (JSON.parse(readFileSync(latest, 'utf8')) as { results?: Record<string, unknown> }).results : undefined;
-  const summary = { startedAt, finishedAt: new Date().toISOString(), quick: QUICK, scripts: names, machine: await describeMachine(), results: { ...previous, ...results } };
+  const summary = {
+    startedAt,
+    finishedAt: new Date().toISOString(),
+    quick: QUICK,
+    scripts: names,
+    machine: await describeMachine(),
+    results: { ...previous, ...results },
+  };
   const dir = join(import.meta.dirname, 'results');
   mkdirSync(dir, { recursive: true });
   const file = join(dir, `${startedAt.replace(/[:.]/g, '-')}.json`);

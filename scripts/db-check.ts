@@ -24,7 +24,8 @@ function target(argv: string[]): { folder: string; source: string } {
   const { positional, values } = parseArgs(argv, { values: ['from'], positional: 1 });
   const name = positional[0] ?? 'service';
   const folder = name === 'service' ? APP_MIGRATIONS.service : APP_MIGRATIONS.subscriber(name);
-  if (!existsSync(join(folder, 'meta', '_journal.json'))) throw new UsageError(`no migrations for ${JSON.stringify(name)} (looked in ${relative(process.cwd(), folder)})`);
+  if (!existsSync(join(folder, 'meta', '_journal.json')))
+    throw new UsageError(`no migrations for ${JSON.stringify(name)} (looked in ${relative(process.cwd(), folder)})`);
   const config = loadConfigOrExit();
   const url = values.from ?? (name === 'service' ? config.DATABASE_URL : subscriberDatabaseUrl(config.CONSUMER_DATABASE_URL_TEMPLATE, name));
   if (/^(libsql|https?|wss?):/.test(url)) throw new UsageError(`${url} is not a local file: copy the database to a file first and pass it with --from`);
@@ -34,7 +35,9 @@ function target(argv: string[]): { folder: string; source: string } {
 }
 
 async function tables(client: Client): Promise<Map<string, Table>> {
-  const names = await client.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name != '__drizzle_migrations' ORDER BY name");
+  const names = await client.execute(
+    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name != '__drizzle_migrations' ORDER BY name",
+  );
   const out = new Map<string, Table>();
   for (const name of names.rows.map((r) => String(r[0]))) {
     const rows = Number((await client.execute(`SELECT count(*) FROM "${name}"`)).rows[0]![0]);
@@ -59,7 +62,10 @@ async function pendingTags(client: Client, folder: string): Promise<{ pending: s
   const pending = journal.entries.filter((e) => e.when > last).map((e) => e.tag);
   const stranger = journal.entries.find((e, i) => e.when <= last && !recorded.has(files[i]!.hash));
   if (!stranger) return { pending };
-  return { pending, warning: `warning: ${stranger.tag}.sql is not recorded in this database as applied: is it a database of ${relative(process.cwd(), folder)}? Or was that file edited after it ran?` };
+  return {
+    pending,
+    warning: `warning: ${stranger.tag}.sql is not recorded in this database as applied: is it a database of ${relative(process.cwd(), folder)}? Or was that file edited after it ran?`,
+  };
 }
 
 /** The failed statement of a MigrationError, and the hint for the drizzle-kit rebuild that copies a column the old table lacks. */
@@ -68,7 +74,13 @@ function explain(error: MigrationError, folder: string): string[] {
   const file = tag ? join(folder, `${tag}.sql`) : folder;
   const lines = [`FAILED: migration ${relative(process.cwd(), file)} ${error.detail}`];
   const n = Number(/failed at statement (\d+)/.exec(error.detail)?.[1]);
-  const statement = tag && n ? readFileSync(file, 'utf8').split('--> statement-breakpoint').filter((s) => s.trim())[n - 1]?.trim() : undefined;
+  const statement =
+    tag && n
+      ? readFileSync(file, 'utf8')
+          .split('--> statement-breakpoint')
+          .filter((s) => s.trim())
+          [n - 1]?.trim()
+      : undefined;
   if (statement) lines.push(`  statement ${n}: ${statement.length > 400 ? `${statement.slice(0, 400)} …` : statement}`);
   if (statement && /^INSERT INTO `__new_/.test(statement) && /no such column/.test(error.detail)) {
     lines.push(
@@ -127,7 +139,8 @@ async function check(folder: string, source: string): Promise<number> {
         notes.push(`LOST ${b.rows - a.rows} ROWS`);
       }
       if (b && b.rows === 0 && sql.includes(`\`${name}\``)) notes.push('empty: the check proves nothing about its rows');
-      for (const column of a && b ? a.columns.filter((c) => !b.columns.includes(c)) : []) notes.push(`new column ${column}: ${await valuesOf(copy, name, column)}`);
+      for (const column of a && b ? a.columns.filter((c) => !b.columns.includes(c)) : [])
+        notes.push(`new column ${column}: ${await valuesOf(copy, name, column)}`);
       console.log(`  ${name.padEnd(28)} ${String(b?.rows ?? '-').padStart(9)} → ${String(a?.rows ?? '-').padEnd(9)} ${notes.join('; ')}`);
     }
     if (lost > 0) {

@@ -2,18 +2,24 @@ import { Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import { sql } from 'drizzle-orm';
+import { describeRoute } from 'hono-openapi';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import { isBusyError, isDatabaseUnreachable } from './db/busy.ts';
 import type { Deps } from './deps.ts';
 import { AppError, NotFoundError, ServiceUnavailableError, toProblem } from './errors.ts';
+import { mountApiDescription } from './http/api-description.ts';
 import type { Context } from './http/define-context.ts';
+import { describeQuery, jsonResponse } from './http/describe-route.ts';
 import { readOutboxStats } from './outbox/outbox-stats.ts';
+import { DEFAULT_SERVICE_NAME } from './service-name.ts';
 
 export const MAX_BODY_BYTES = 64 * 1024;
 
 export type AppOptions = {
   /** The service's name, in problem-type URIs (default: hono-outbox). */
   service?: string;
+  /** The service's version, in /openapi.json (the entries pass package.json's; default 0.0.0). */
+  version?: string;
   /** The contexts whose routes the `api` role serves, each at its basePath. */
   contexts?: readonly Context[];
   /** Serve the contexts' routes (the `api` role); false leaves only the operational endpoints. */
@@ -40,9 +46,9 @@ export function createApp(deps: Deps, options: AppOptions = {}): Hono {
 
   if (options.api !== false) for (const context of options.contexts ?? []) app.route(context.basePath, context.routes(deps));
 
-  app.get('/health', (c) => c.json({ status: 'ok' }));
+  app.get('/health', describeQuery('Liveness: the process answers'), (c) => c.json({ status: 'ok' }));
 
-  app.get('/ready', async (c) => {
+  app.get('/ready', describeReady, async (c) => {
     const facts = options.readiness?.() ?? {};
     try {
       await deps.db.run(sql`SELECT 1`);
@@ -53,9 +59,10 @@ export function createApp(deps: Deps, options: AppOptions = {}): Hono {
     }
   });
 
-  app.get('/outbox/stats', async (c) => c.json(await readOutboxStats(deps.db, deps.clock())));
+  app.get('/outbox/stats', describeQuery('Outbox statistics: the backlog by status'), async (c) => c.json(await readOutboxStats(deps.db, deps.clock())));
 
   options.extend?.(app);
+  mountApiDescription(app, { title: options.service ?? DEFAULT_SERVICE_NAME, version: options.version ?? '0.0.0' });
 
   app.notFound((c) => {
     const err = new NotFoundError(`No route for ${c.req.method} ${c.req.path}.`);
@@ -75,6 +82,11 @@ export function createApp(deps: Deps, options: AppOptions = {}): Hono {
 
   return app;
 }
+
+const describeReady = describeRoute({
+  summary: 'Readiness: the database answers (other facts are reported, not required)',
+  responses: { 200: jsonResponse('Ready.'), 503: jsonResponse('The database cannot be reached.') },
+});
 
 function toAppError(error: unknown): AppError {
   if (error instanceof AppError) return error;

@@ -29,13 +29,14 @@ const duration = (min: number, max: number) => {
 
 const optionalText = z.string().min(1).optional();
 
-const boolean = z
-  .enum(['true', 'false', '1', '0'], { message: 'true or false' })
-  .transform((v) => v === 'true' || v === '1');
+const boolean = z.enum(['true', 'false', '1', '0'], { message: 'true or false' }).transform((v) => v === 'true' || v === '1');
 
 /** Environment variables the service understands, with defaults that make `npm run dev` work without a `.env`. */
 export const ConfigSchema = z.object({
-  SERVICE_NAME: z.string().regex(/^[a-z][a-z0-9-]{0,62}$/, 'lower-case letters, digits and -, starting with a letter').default(DEFAULT_SERVICE_NAME),
+  SERVICE_NAME: z
+    .string()
+    .regex(/^[a-z][a-z0-9-]{0,62}$/, 'lower-case letters, digits and -, starting with a letter')
+    .default(DEFAULT_SERVICE_NAME),
   PORT: int(0, 65535).default(3000),
   HOST: z.string().min(1).default('0.0.0.0'),
   DATABASE_URL: z
@@ -56,7 +57,10 @@ export const ConfigSchema = z.object({
   NATS_TLS_CERT: optionalText,
   NATS_TLS_KEY: optionalText,
   /** Default stream name and subject prefix derive from SERVICE_NAME (see service-name.ts). */
-  NATS_STREAM: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'a stream name of letters, digits, - and _').optional(),
+  NATS_STREAM: z
+    .string()
+    .regex(/^[A-Za-z0-9_-]{1,64}$/, 'a stream name of letters, digits, - and _')
+    .optional(),
   EVENTS_SUBJECT_PREFIX: z
     .string()
     .regex(/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/, 'dot-separated subject tokens without wildcards')
@@ -72,12 +76,22 @@ export const ConfigSchema = z.object({
   RELAY_PUBLISH_TIMEOUT_MS: int(100, 120_000).default(5000),
   ROLES: z
     .string()
-    .transform((v) => v.split(',').map((r) => r.trim()).filter(Boolean))
+    .transform((v) =>
+      v
+        .split(',')
+        .map((r) => r.trim())
+        .filter(Boolean),
+    )
     .pipe(z.array(z.enum(ROLE_NAMES, { message: `a comma-separated list of ${ROLE_NAMES.join(', ')}` })).min(1, 'at least one role'))
     .default(['api', 'relay', 'consumers']),
   CONSUMERS: z
     .string()
-    .transform((v) => v.split(',').map((r) => r.trim()).filter(Boolean))
+    .transform((v) =>
+      v
+        .split(',')
+        .map((r) => r.trim())
+        .filter(Boolean),
+    )
     .pipe(z.array(z.string().regex(/^[A-Za-z0-9_-]+$/, 'consumer names of letters, digits, - and _')))
     .optional(),
   CONSUMER_DATABASE_URL_TEMPLATE: z.string().includes('{name}', { message: 'a libSQL URL containing {name}' }).default('file:./data/{name}.db'),
@@ -115,7 +129,5 @@ export function parseConfig(env: Record<string, string | undefined>): Config {
   const issue = result.error.issues[0]!;
   const name = String(issue.path[0] ?? 'configuration');
   const got = SECRETS.has(name) || /URL/.test(name) ? undefined : input[name];
-  throw new ConfigError(
-    `Invalid configuration: ${name} must be ${issue.message}${got === undefined ? '' : ` (got ${JSON.stringify(got)})`}`,
-  );
+  throw new ConfigError(`Invalid configuration: ${name} must be ${issue.message}${got === undefined ? '' : ` (got ${JSON.stringify(got)})`}`);
 }

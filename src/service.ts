@@ -35,6 +35,8 @@ export type ServiceIo = {
   relayFaults?: RelayFaults;
   /** Bounds for the relay role (time limit, message count); unbounded by default. */
   relayRun?: Omit<RelayRunOptions, 'signal'>;
+  /** The service's version for /openapi.json (the entry reads package.json's). */
+  version?: string;
   /** When the periodic compactions run (default: a minute after start, then hourly). */
   compactionSchedule?: CompactionSchedule;
 };
@@ -56,11 +58,6 @@ export type Service = {
 export async function createService(config: Config, io: ServiceIo): Promise<Service> {
   const roles = new Set(config.ROLES);
   const relayWake = createSignal();
-  // Commits wake the relay of this process, or, with none here, the relays of other processes over NATS.
-  const kicker =
-    roles.has('api') && !roles.has('relay') && io.connect
-      ? createKicker({ connect: io.connect, subject: kickSubject(streamSettingsFrom(config).name), log: io.log, maxBackoffMs: config.RELAY_MAX_BACKOFF_MS })
-      : undefined;
   const shared = createRoleDeps(createDatabase(io.client), {
     modules: io.modules,
     log: io.log,
@@ -73,6 +70,16 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
       wait: (ms, abort) => relayWake.wait(ms, abort),
     },
   });
+  // Commits wake the relay of this process, or, with none here, the relays of other processes over NATS.
+  const kicker =
+    roles.has('api') && !roles.has('relay') && io.connect
+      ? createKicker({
+          connect: io.connect,
+          subject: kickSubject(streamSettingsFrom(config).name),
+          log: shared.deps.log,
+          maxBackoffMs: config.RELAY_MAX_BACKOFF_MS,
+        })
+      : undefined;
 
   let relayRole: RelayRole | undefined;
   if (roles.has('relay')) {
@@ -82,16 +89,28 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
   let consumersRole: ConsumersRole | undefined;
   if (roles.has('consumers')) {
     if (!io.connect || !io.openSubscriberDb) throw new Error('the consumers role needs a NATS transport and subscriber databases');
-    consumersRole = await createConsumersRole(config, shared, { connect: io.connect, openSubscriberDb: io.openSubscriberDb, faults: io.consumerFaults, brokenNoInbox: io.brokenNoInbox });
+    consumersRole = await createConsumersRole(config, shared, {
+      connect: io.connect,
+      openSubscriberDb: io.openSubscriberDb,
+      faults: io.consumerFaults,
+      brokenNoInbox: io.brokenNoInbox,
+    });
   }
   const relay = relayRole?.relay;
   const consumers = consumersRole?.runners ?? [];
   const api = createApiRole(config, shared, {
     readiness: () => ({
-      nats: relay ? relay.state() : consumers[0]?.state() ?? 'not used by this process',
-      ...Object.fromEntries(consumers.flatMap((c) => [[`consumer:${c.name}`, c.state()], [`consumer:${c.name}:database`, c.databaseState()]])),
+      nats: relay ? relay.state() : (consumers[0]?.state() ?? 'not used by this process'),
+      ...Object.fromEntries(
+        consumers.flatMap((c) => [
+          [`consumer:${c.name}`, c.state()],
+          [`consumer:${c.name}:database`, c.databaseState()],
+        ]),
+      ),
     }),
     routes: consumersRole?.routes ?? [],
+    status: { relay, subscribers: consumersRole?.status },
+    ...(io.version ? { version: io.version } : {}),
   });
 
   const stop = new AbortController();

@@ -39,7 +39,16 @@ export async function backlogPhase(p: BacklogOptions): Promise<LedgerEntry[]> {
     const out: LedgerEntry[] = [];
     for (let round = 0; (await countPending(p.dbUrl)) < rows; round++) {
       const missing = rows - (await countPending(p.dbUrl));
-      out.push(...(await runLoad({ baseUrl, seed: seed * 100 + round, commands: Math.max(10, Math.ceil(missing * 1.1)), concurrency: 32, rate: 100_000, requestTimeoutMs: 30_000 })));
+      out.push(
+        ...(await runLoad({
+          baseUrl,
+          seed: seed * 100 + round,
+          commands: Math.max(10, Math.ceil(missing * 1.1)),
+          concurrency: 32,
+          rate: 100_000,
+          requestTimeoutMs: 30_000,
+        })),
+      );
     }
     return out;
   };
@@ -100,7 +109,11 @@ async function openPoisonAccount(dbUrl: string, seed: number, maxMsgSize: number
 /** One command with its Idempotency-Key; throws unless it is acknowledged (the phase needs both commands). */
 async function postCommand(baseUrl: string, path: string, key: string, body: unknown): Promise<{ status: number; body: Record<string, unknown> }> {
   for (let tries = 0; ; tries++) {
-    const res = await fetch(`${baseUrl}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: JSON.stringify(body) }).catch(() => undefined);
+    const res = await fetch(`${baseUrl}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key },
+      body: JSON.stringify(body),
+    }).catch(() => undefined);
     if (res && res.status < 300) return { status: res.status, body: (await res.json()) as Record<string, unknown> };
     if (tries > 100) throw new Error(`torture: ${path} answered ${res?.status ?? 'nothing'}: ${await res?.text()}`);
     await sleep(100);

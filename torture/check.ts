@@ -58,7 +58,14 @@ async function readAll(url: string, sql: string) {
 async function readStreamEvents(natsUrl: string, stream: string): Promise<StreamEvent[]> {
   const nc = await connect({ servers: [natsUrl] });
   try {
-    return (await readStream(nc, stream)).map((m) => ({ seq: m.seq, msgId: m.headers['Nats-Msg-Id'] ?? '', subject: m.subject, eventId: m.event.eventId, aggregateId: m.event.aggregateId, aggregateVersion: m.event.aggregateVersion }));
+    return (await readStream(nc, stream)).map((m) => ({
+      seq: m.seq,
+      msgId: m.headers['Nats-Msg-Id'] ?? '',
+      subject: m.subject,
+      eventId: m.event.eventId,
+      aggregateId: m.event.aggregateId,
+      aggregateVersion: m.event.aggregateVersion,
+    }));
   } finally {
     await nc.close();
   }
@@ -86,25 +93,57 @@ function groupBy<T>(items: Iterable<T>, key: (item: T) => string): Map<string, T
 export async function checkRun(input: CheckInput): Promise<CheckReport> {
   const violations: string[] = [];
   const counts: CheckReport['counts'] = {
-    acknowledged: 0, rejected: 0, unknownPresent: 0, unknownAbsent: 0, lost: 0, duplicatedEffects: 0, phantoms: 0, orderViolations: 0, pendingOutbox: 0, failedOutbox: 0, inboxGaps: 0, deadLetters: 0,
+    acknowledged: 0,
+    rejected: 0,
+    unknownPresent: 0,
+    unknownAbsent: 0,
+    lost: 0,
+    duplicatedEffects: 0,
+    phantoms: 0,
+    orderViolations: 0,
+    pendingOutbox: 0,
+    failedOutbox: 0,
+    inboxGaps: 0,
+    deadLetters: 0,
   };
   const v = (kind: keyof CheckReport['counts'], msg: string) => {
     counts[kind]++;
     if (violations.length < 50) violations.push(`${kind}: ${msg}`);
   };
 
-  const accounts = new Map((await readAll(input.apiDbUrl, 'SELECT id, owner, status, balance_cents, version FROM accounts')).map((r) => [String(r.id), { owner: String(r.owner), status: String(r.status), balance: Number(r.balance_cents), version: Number(r.version) } satisfies Account]));
-  const outbox: OutboxRow[] = (await readAll(input.apiDbUrl, 'SELECT seq, id, aggregate_id, message_type, status, payload FROM outbox ORDER BY seq')).map((r) => {
-    const e = JSON.parse(String(r.payload)) as { aggregateVersion: number; data: { amountCents?: number } };
-    return { seq: Number(r.seq), id: String(r.id), aggregateId: String(r.aggregate_id), type: String(r.message_type), status: String(r.status), version: e.aggregateVersion, amountCents: e.data.amountCents ?? 0 };
-  });
-  const keys = new Map((await readAll(input.apiDbUrl, 'SELECT key, response_body FROM idempotency_keys')).map((r) => [String(r.key), JSON.parse(String(r.response_body)) as { accountId?: string }]));
+  const accounts = new Map(
+    (await readAll(input.apiDbUrl, 'SELECT id, owner, status, balance_cents, version FROM accounts')).map((r) => [
+      String(r.id),
+      { owner: String(r.owner), status: String(r.status), balance: Number(r.balance_cents), version: Number(r.version) } satisfies Account,
+    ]),
+  );
+  const outbox: OutboxRow[] = (await readAll(input.apiDbUrl, 'SELECT seq, id, aggregate_id, message_type, status, payload FROM outbox ORDER BY seq')).map(
+    (r) => {
+      const e = JSON.parse(String(r.payload)) as { aggregateVersion: number; data: { amountCents?: number } };
+      return {
+        seq: Number(r.seq),
+        id: String(r.id),
+        aggregateId: String(r.aggregate_id),
+        type: String(r.message_type),
+        status: String(r.status),
+        version: e.aggregateVersion,
+        amountCents: e.data.amountCents ?? 0,
+      };
+    },
+  );
+  const keys = new Map(
+    (await readAll(input.apiDbUrl, 'SELECT key, response_body FROM idempotency_keys')).map((r) => [
+      String(r.key),
+      JSON.parse(String(r.response_body)) as { accountId?: string },
+    ]),
+  );
   const stream = await readStreamEvents(input.natsUrl, input.stream);
 
   const parked = new Set(input.parkedAccounts ?? []);
   for (const id of parked) {
     const rows = outbox.filter((r) => r.aggregateId === id).map((r) => r.status);
-    if (rows[0] !== 'failed' || rows.length < 2 || rows.slice(1).some((s) => s !== 'pending')) v('orderViolations', `poison account ${id}: outbox statuses [${rows.join(', ')}], expected failed then pending`);
+    if (rows[0] !== 'failed' || rows.length < 2 || rows.slice(1).some((s) => s !== 'pending'))
+      v('orderViolations', `poison account ${id}: outbox statuses [${rows.join(', ')}], expected failed then pending`);
   }
   counts.pendingOutbox = outbox.filter((r) => r.status === 'pending' && !parked.has(r.aggregateId)).length;
   counts.failedOutbox = outbox.filter((r) => r.status === 'failed' && !parked.has(r.aggregateId)).length;
@@ -120,7 +159,8 @@ export async function checkRun(input: CheckInput): Promise<CheckReport> {
     const stored = keys.get(e.key);
     if (e.outcome === 'ack' && !stored) v('lost', `acknowledged ${e.kind} #${e.n} (${e.key}) has no committed key row`);
     if (e.outcome === 'ack' && e.kind === 'open' && e.accountId && !accounts.has(e.accountId)) v('lost', `acknowledged account ${e.accountId} is missing`);
-    if (e.outcome === 'ack' && e.kind === 'close' && e.accountId && accounts.get(e.accountId)?.status !== 'closed') v('lost', `acknowledged close of ${e.accountId} is not applied`);
+    if (e.outcome === 'ack' && e.kind === 'close' && e.accountId && accounts.get(e.accountId)?.status !== 'closed')
+      v('lost', `acknowledged close of ${e.accountId} is not applied`);
     if (e.outcome === 'rejected' && e.kind !== 'retry' && stored) v('phantoms', `rejected ${e.kind} #${e.n} has a committed key row`);
     if (e.outcome === 'unknown') {
       if (stored) counts.unknownPresent++;
@@ -131,7 +171,7 @@ export async function checkRun(input: CheckInput): Promise<CheckReport> {
   // what the committed commands imply per account: its opening, its deposits (amounts from the ledger), its closing
   type Implied = { opens: number; deposits: number; cents: number; closes: number };
   const implied = new Map<string, Implied>();
-  const of = (id: string) => implied.get(id) ?? (implied.set(id, { opens: 0, deposits: 0, cents: 0, closes: 0 }).get(id)!);
+  const of = (id: string) => implied.get(id) ?? implied.set(id, { opens: 0, deposits: 0, cents: 0, closes: 0 }).get(id)!;
   for (const [key, body] of keys) {
     const kind = commandOfKey(key);
     const request = requests.get(key);
@@ -153,9 +193,15 @@ export async function checkRun(input: CheckInput): Promise<CheckReport> {
     if (parked.has(id)) continue;
     const want = implied.get(id) ?? { opens: 0, deposits: 0, cents: 0, closes: 0 };
     if (want.opens !== 1) v('phantoms', `account ${id} is explained by ${want.opens} committed open requests`);
-    if (want.closes !== (a.status === 'closed' ? 1 : 0)) v(want.closes > 1 || a.status === 'closed' ? 'phantoms' : 'lost', `account ${id} (${a.status}) has ${want.closes} committed close requests`);
-    if (a.balance !== want.cents) v(a.balance < want.cents ? 'lost' : 'duplicatedEffects', `account ${id} holds ${a.balance} cents, its ${want.deposits} committed deposits add up to ${want.cents}`);
-    if (a.version !== 1 + want.deposits + want.closes) v('phantoms', `account ${id} is at version ${a.version} after ${want.deposits} deposits and ${want.closes} closes`);
+    if (want.closes !== (a.status === 'closed' ? 1 : 0))
+      v(want.closes > 1 || a.status === 'closed' ? 'phantoms' : 'lost', `account ${id} (${a.status}) has ${want.closes} committed close requests`);
+    if (a.balance !== want.cents)
+      v(
+        a.balance < want.cents ? 'lost' : 'duplicatedEffects',
+        `account ${id} holds ${a.balance} cents, its ${want.deposits} committed deposits add up to ${want.cents}`,
+      );
+    if (a.version !== 1 + want.deposits + want.closes)
+      v('phantoms', `account ${id} is at version ${a.version} after ${want.deposits} deposits and ${want.closes} closes`);
   }
   for (const [id, a] of implied) if (a.opens > 0 && !accounts.has(id)) v('lost', `committed open request names account ${id}, which is missing`);
 
@@ -165,8 +211,10 @@ export async function checkRun(input: CheckInput): Promise<CheckReport> {
     const evs = eventsByAccount.get(id) ?? [];
     const deposits = parked.has(id) ? evs.filter((e) => e.type === CREDITED).length : (implied.get(id)?.deposits ?? 0);
     const expected = [OPENED, ...Array<string>(deposits).fill(CREDITED), ...(a.status === 'closed' ? [CLOSED] : [])];
-    if (evs.map((e) => e.type).join() !== expected.join()) v(evs.length > expected.length ? 'phantoms' : 'lost', `account ${id} (${a.status}) has outbox events [${evs.map((e) => e.type).join(', ')}]`);
-    if (evs.some((e, i) => e.version !== i + 1)) v('orderViolations', `account ${id}: outbox versions [${evs.map((e) => e.version).join(', ')}] in commit order`);
+    if (evs.map((e) => e.type).join() !== expected.join())
+      v(evs.length > expected.length ? 'phantoms' : 'lost', `account ${id} (${a.status}) has outbox events [${evs.map((e) => e.type).join(', ')}]`);
+    if (evs.some((e, i) => e.version !== i + 1))
+      v('orderViolations', `account ${id}: outbox versions [${evs.map((e) => e.version).join(', ')}] in commit order`);
     const credited = evs.reduce((s, e) => s + e.amountCents, 0);
     if (!parked.has(id) && credited !== a.balance) v('lost', `account ${id}: credited events add up to ${credited} cents, its balance is ${a.balance}`);
   }
@@ -210,7 +258,11 @@ export async function checkRun(input: CheckInput): Promise<CheckReport> {
   }
 
   // audit: one row per applied event, and per account in version order
-  const audit = (await readAll(input.subscriberDbUrls.audit, 'SELECT event_id, account_id, aggregate_version FROM audit_log ORDER BY n')).map((r) => ({ eventId: String(r.event_id), accountId: String(r.account_id), version: Number(r.aggregate_version) }));
+  const audit = (await readAll(input.subscriberDbUrls.audit, 'SELECT event_id, account_id, aggregate_version FROM audit_log ORDER BY n')).map((r) => ({
+    eventId: String(r.event_id),
+    accountId: String(r.account_id),
+    version: Number(r.aggregate_version),
+  }));
   const auditRows = groupBy(audit, (r) => r.eventId);
   for (const id of expectedIds) {
     const n = auditRows.get(id)?.length ?? 0;
@@ -223,7 +275,8 @@ export async function checkRun(input: CheckInput): Promise<CheckReport> {
     else if (parked.has(row.aggregateId)) v('orderViolations', `audit row for event ${id} of poison account ${row.aggregateId}`);
   }
   for (const [id, rows] of groupBy(audit, (r) => r.accountId)) {
-    if (rows.some((r, i) => i > 0 && r.version <= rows[i - 1]!.version)) v('orderViolations', `account ${id}: audited versions [${rows.map((r) => r.version).join(', ')}] in applied order`);
+    if (rows.some((r, i) => i > 0 && r.version <= rows[i - 1]!.version))
+      v('orderViolations', `account ${id}: audited versions [${rows.map((r) => r.version).join(', ')}] in applied order`);
   }
 
   // balances: per owner, what the accounts table implies
@@ -237,7 +290,12 @@ export async function checkRun(input: CheckInput): Promise<CheckReport> {
     e.credited += a.balance;
     expected.set(a.owner, e);
   }
-  const balances = new Map((await readAll(input.subscriberDbUrls.balances, 'SELECT owner, accounts_opened, accounts_closed, credited_cents FROM owner_balances')).map((r) => [String(r.owner), { opened: Number(r.accounts_opened), closed: Number(r.accounts_closed), credited: Number(r.credited_cents) } satisfies Counters]));
+  const balances = new Map(
+    (await readAll(input.subscriberDbUrls.balances, 'SELECT owner, accounts_opened, accounts_closed, credited_cents FROM owner_balances')).map((r) => [
+      String(r.owner),
+      { opened: Number(r.accounts_opened), closed: Number(r.accounts_closed), credited: Number(r.credited_cents) } satisfies Counters,
+    ]),
+  );
   const zero: Counters = { opened: 0, closed: 0, credited: 0 };
   for (const owner of new Set([...expected.keys(), ...balances.keys()])) {
     const want = expected.get(owner) ?? zero;

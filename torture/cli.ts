@@ -2,7 +2,8 @@
 import { parseArgs, parseDurationOption, parsePositiveInt, UsageError } from '../src/entry/args.ts';
 import { DELIVERY_BUDGET_MS, formatReport, runTorture, violationCount } from './run.ts';
 
-const USAGE = 'usage: npm run torture -- --seed <n> [--commands N] [--kills K] [--broker-restarts R] [--pauses P] [--rate per-second] [--concurrency C] [--backlog rows] [--lock-subscriber <duration>] [--broken no-inbox|mark-before-puback] [--keep]';
+const USAGE =
+  'usage: npm run torture -- --seed <n> [--commands N] [--kills K] [--broker-restarts R] [--pauses P] [--rate per-second] [--concurrency C] [--backlog rows] [--lock-subscriber <duration>] [--broken no-inbox|mark-before-puback] [--keep]';
 
 let options: Parameters<typeof runTorture>[0];
 try {
@@ -13,7 +14,8 @@ try {
   if (positional.length) throw new UsageError(`unexpected argument ${positional[0]}`);
   if (values.seed === undefined) throw new UsageError('--seed is required (it makes the fault schedule replayable)');
   const count = (name: string, fallback: number) => (values[name] === undefined ? fallback : values[name] === '0' ? 0 : parsePositiveInt(values[name]!, name));
-  if (values.broken !== undefined && values.broken !== 'no-inbox' && values.broken !== 'mark-before-puback') throw new UsageError('--broken must be no-inbox or mark-before-puback');
+  if (values.broken !== undefined && values.broken !== 'no-inbox' && values.broken !== 'mark-before-puback')
+    throw new UsageError('--broken must be no-inbox or mark-before-puback');
   options = {
     seed: count('seed', 1),
     commands: count('commands', 500),
@@ -23,7 +25,12 @@ try {
     rate: count('rate', 40),
     concurrency: count('concurrency', 8),
     backlog: count('backlog', 20_000),
-    lockSubscriberMs: values['lock-subscriber'] === undefined ? DELIVERY_BUDGET_MS + 3000 : values['lock-subscriber'] === '0' ? 0 : parseDurationOption(values['lock-subscriber'], 'lock-subscriber'),
+    lockSubscriberMs:
+      values['lock-subscriber'] === undefined
+        ? DELIVERY_BUDGET_MS + 3000
+        : values['lock-subscriber'] === '0'
+          ? 0
+          : parseDurationOption(values['lock-subscriber'], 'lock-subscriber'),
     ...(values.broken ? { broken: values.broken as 'no-inbox' | 'mark-before-puback' } : {}),
     keep: flags.has('keep'),
   };

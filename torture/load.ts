@@ -105,7 +105,14 @@ export async function runLoad(o: LoadOptions): Promise<LedgerEntry[]> {
         entry = { n, kind: 'close', key: `close-${o.seed}-${n}`, path: `/accounts/${accountId}/close`, body: '{}', accountId };
       } else if (roll < 0.65 && opened.length > 0) {
         const accountId = rnd.pick(opened);
-        entry = { n, kind: 'deposit', key: `deposit-${o.seed}-${n}`, path: `/accounts/${accountId}/deposit`, body: JSON.stringify({ amountCents: rnd.int(1, 20_000) }), accountId };
+        entry = {
+          n,
+          kind: 'deposit',
+          key: `deposit-${o.seed}-${n}`,
+          path: `/accounts/${accountId}/deposit`,
+          body: JSON.stringify({ amountCents: rnd.int(1, 20_000) }),
+          accountId,
+        };
       } else {
         entry = { n, kind: 'open', key: `open-${o.seed}-${n}`, path: '/accounts', body: JSON.stringify({ owner: `owner-${rnd.int(1, OWNERS)}` }) };
       }

@@ -116,7 +116,14 @@ export async function runTorture(o: TortureOptions): Promise<TortureResult> {
     (Object.keys(commands) as ProcessName[]).forEach(start);
     await waitFor(async () => (await fetch(`http://127.0.0.1:${apiPort}/health`).catch(() => undefined))?.ok === true, 30_000, 'API start');
 
-    const schedule = buildSchedule({ seed: o.seed, commands: o.commands, kills: o.kills, brokerRestarts: o.brokerRestarts, pauses: o.pauses, pauseMs: Math.max(ACK_WAIT_MS, 1000) + 1500 });
+    const schedule = buildSchedule({
+      seed: o.seed,
+      commands: o.commands,
+      kills: o.kills,
+      brokerRestarts: o.brokerRestarts,
+      pauses: o.pauses,
+      pauseMs: Math.max(ACK_WAIT_MS, 1000) + 1500,
+    });
     const due = [...schedule];
     const running: Promise<void>[] = [];
     const fire = async (f: Fault) => {
@@ -165,7 +172,19 @@ export async function runTorture(o: TortureOptions): Promise<TortureResult> {
     const parkedAccounts: string[] = [];
     if ((o.backlog ?? 0) > 0) {
       const lockSubscriber = lockPhase(env, o.lockSubscriberMs ?? 0, log);
-      ledger.push(...(await backlogPhase({ seed: o.seed, backlog: o.backlog!, maxMsgSize: MAX_MSG_SIZE, baseUrl: `http://127.0.0.1:${apiPort}`, dbUrl: env.DATABASE_URL!, nats, parkedAccounts, log, lockSubscriber })));
+      ledger.push(
+        ...(await backlogPhase({
+          seed: o.seed,
+          backlog: o.backlog!,
+          maxMsgSize: MAX_MSG_SIZE,
+          baseUrl: `http://127.0.0.1:${apiPort}`,
+          dbUrl: env.DATABASE_URL!,
+          nats,
+          parkedAccounts,
+          log,
+          lockSubscriber,
+        })),
+      );
     } else if ((o.lockSubscriberMs ?? 0) > 0) {
       await lockPhase(env, o.lockSubscriberMs!, log)();
     }
@@ -232,9 +251,14 @@ async function drained(dbUrl: string, natsUrl: string, parkedAccounts: string[])
   let parked: number;
   try {
     const args = [JSON.stringify(parkedAccounts)];
-    pending = Number((await c.execute({ sql: "SELECT count(*) FROM outbox WHERE status = 'pending' AND aggregate_id NOT IN (SELECT value FROM json_each(?))", args })).rows[0]![0]);
+    pending = Number(
+      (await c.execute({ sql: "SELECT count(*) FROM outbox WHERE status = 'pending' AND aggregate_id NOT IN (SELECT value FROM json_each(?))", args }))
+        .rows[0]![0],
+    );
     // a poison row is retried (with back-off) until RELAY_MAX_ATTEMPTS before it is parked
-    parked = Number((await c.execute({ sql: "SELECT count(*) FROM outbox WHERE status = 'failed' AND aggregate_id IN (SELECT value FROM json_each(?))", args })).rows[0]![0]);
+    parked = Number(
+      (await c.execute({ sql: "SELECT count(*) FROM outbox WHERE status = 'failed' AND aggregate_id IN (SELECT value FROM json_each(?))", args })).rows[0]![0],
+    );
   } finally {
     c.close();
   }
@@ -278,7 +302,9 @@ export function formatReport(r: TortureResult): string {
     ['inbox gaps', r.counts.inboxGaps],
     ['dead letters', r.counts.deadLetters],
   ];
-  const faults = Object.entries(r.injected).map(([k, n]) => `${k}: ${n}`).join(', ');
+  const faults = Object.entries(r.injected)
+    .map(([k, n]) => `${k}: ${n}`)
+    .join(', ');
   return [
     `torture seed ${r.seed}: ${r.ledger} requests in ${r.seconds} s`,
     '| check | count |',

@@ -5,17 +5,26 @@ type Dist = { p50Ms?: number; p99Ms?: number; maxMs?: number; p50AtMostMs?: numb
 type Rec = Record<string, any>; // results are plain JSON of several shapes
 
 const row = (cells: unknown[]) => `| ${cells.map((c) => (c === undefined || (typeof c === 'number' && Number.isNaN(c)) ? '–' : String(c))).join(' | ')} |`;
-const ms = (d: Dist | undefined, le = false) => (d ? `${le ? '≤ ' : ''}${d[le ? 'p50AtMostMs' : 'p50Ms']} / ${le ? '≤ ' : ''}${d[le ? 'p99AtMostMs' : 'p99Ms']} / ${le ? '≤ ' : ''}${d[le ? 'maxAtMostMs' : 'maxMs']}` : '–');
+const ms = (d: Dist | undefined, le = false) =>
+  d
+    ? `${le ? '≤ ' : ''}${d[le ? 'p50AtMostMs' : 'p50Ms']} / ${le ? '≤ ' : ''}${d[le ? 'p99AtMostMs' : 'p99Ms']} / ${le ? '≤ ' : ''}${d[le ? 'maxAtMostMs' : 'maxMs']}`
+    : '–';
 
 /** The tables of BENCHMARKS.md for `summary`. */
 export function renderMarkdown(summary: Summary): string {
   const r = summary.results as Record<string, Rec | undefined>;
   const out: string[] = [];
   const m = (summary.machine ?? {}) as Rec;
-  out.push(`Run ${summary.startedAt ?? ''}${summary.quick ? ' — SHORT VALIDATION RUN (`--quick`, busy machine)' : ''}: ${m.cpus} × ${m.cpuModel}, Node ${m.node}, Bun ${m.bun}, ${m.deno}, ${m.natsServer}, @libsql/client ${m.libsqlClient} (SQLite ${m.sqlite}).`, '');
+  out.push(
+    `Run ${summary.startedAt ?? ''}${summary.quick ? ' — SHORT VALIDATION RUN (`--quick`, busy machine)' : ''}: ${m.cpus} × ${m.cpuModel}, Node ${m.node}, Bun ${m.bun}, ${m.deno}, ${m.natsServer}, @libsql/client ${m.libsqlClient} (SQLite ${m.sqlite}).`,
+    '',
+  );
   const cmd = r.commands;
   if (cmd?.runtimes) {
-    out.push(`**bench:commands** — POST /orders, ${cmd.connections} connections, ${cmd.seconds} s after ${cmd.warmupSeconds} s warm-up; req/s (p50 / p99 ms)`, '');
+    out.push(
+      `**bench:commands** — POST /orders, ${cmd.connections} connections, ${cmd.seconds} s after ${cmd.warmupSeconds} s warm-up; req/s (p50 / p99 ms)`,
+      '',
+    );
     out.push(row(['runtime', ...cmd.variants.map((v: Rec) => `(${v.key}) ${v.label}`), 'c/b', 'c/d', 'c/a']));
     out.push(row(Array(cmd.variants.length + 4).fill('---')));
     for (const [runtime, x] of Object.entries(cmd.runtimes as Rec)) {
@@ -29,7 +38,10 @@ export function renderMarkdown(summary: Summary): string {
   }
   const lag = r.lag;
   if (lag?.commitToApplied) {
-    out.push(`**bench:lag** — ${lag.rate} commands/s for ${lag.seconds} s (sent ${lag.sentRate}/s), ${lag.runtime}, ${lag.topology}, subscriber: ${lag.subscriber}`, '');
+    out.push(
+      `**bench:lag** — ${lag.rate} commands/s for ${lag.seconds} s (sent ${lag.sentRate}/s), ${lag.runtime}, ${lag.topology}, subscriber: ${lag.subscriber}`,
+      '',
+    );
     out.push(row(['measure', 'p50 / p99 / max (ms)', 'events']), row(['---', '---', '---']));
     out.push(row(['POST /orders (from due time)', ms(lag.http), lag.http?.requests]));
     out.push(row(['commit → PubAck (outbox_lag_seconds buckets)', ms(lag.commitToPubAck, true), lag.commitToPubAck?.samples]));
@@ -39,7 +51,10 @@ export function renderMarkdown(summary: Summary): string {
   }
   const c = r.cleanup;
   if (c?.compaction) {
-    out.push(`**bench:cleanup** — ${c.rate} POST/s (${c.runtime}, ROLES=api,relay) while compactOutbox deletes ${c.compaction.deleted} sent rows in ${c.compaction.batches} batches of ${c.batchSize}: ${c.compaction.totalMs} ms (${c.compaction.rowsPerSec} rows/s, batches ${c.compaction.batchMs.join(', ')} ms)`, '');
+    out.push(
+      `**bench:cleanup** — ${c.rate} POST/s (${c.runtime}, ROLES=api,relay) while compactOutbox deletes ${c.compaction.deleted} sent rows in ${c.compaction.batches} batches of ${c.batchSize}: ${c.compaction.totalMs} ms (${c.compaction.rowsPerSec} rows/s, batches ${c.compaction.batchMs.join(', ')} ms)`,
+      '',
+    );
     out.push(row(['POST /orders', 'p50 / p99 / max (ms)', 'requests', 'failed']), row(['---', '---', '---', '---']));
     out.push(row(['idle (before)', ms(c.idle), c.idle.requests, c.idle.failed]));
     out.push(row(['during compaction', ms(c.duringCompaction), c.duringCompaction.requests, c.duringCompaction.failed]));
@@ -48,11 +63,16 @@ export function renderMarkdown(summary: Summary): string {
   }
   const relay = r.relay;
   if (relay?.rawPublishPerSec) {
-    out.push(`**bench:relay** — ${relay.messages} events of ~${relay.avgPayloadBytes} B: raw pipelined publish ${relay.rawPublishPerSec} msg/s, relay ${relay.relayDrainPerSec} ev/s (ratio ${relay.ratioRelayToRaw}); in-process commit → PubAck at ${relay.lag?.rate}/s: p50 ${relay.lag?.p50Ms} ms, p99 ${relay.lag?.p99Ms} ms, max ${relay.lag?.maxMs} ms`, '');
+    out.push(
+      `**bench:relay** — ${relay.messages} events of ~${relay.avgPayloadBytes} B: raw pipelined publish ${relay.rawPublishPerSec} msg/s, relay ${relay.relayDrainPerSec} ev/s (ratio ${relay.ratioRelayToRaw}); in-process commit → PubAck at ${relay.lag?.rate}/s: p50 ${relay.lag?.p50Ms} ms, p99 ${relay.lag?.p99Ms} ms, max ${relay.lag?.maxMs} ms`,
+      '',
+    );
   }
   for (const [name, x] of Object.entries(r)) {
     if (['commands', 'lag', 'cleanup', 'relay'].includes(name) || !x) continue;
-    const flat = Object.entries(x).filter(([, v]) => typeof v !== 'object').map(([k, v]) => `${k} ${v}`);
+    const flat = Object.entries(x)
+      .filter(([, v]) => typeof v !== 'object')
+      .map(([k, v]) => `${k} ${v}`);
     out.push(`**bench:${name}** — ${flat.join(', ')}`, '');
   }
   return out.join('\n');

@@ -55,7 +55,14 @@ export async function runPacedLoad(o: PacedLoadOptions): Promise<PacedLoadResult
     const due = begin + i * intervalMs;
     const p = new Promise<void>((resolve) => {
       const req = request(
-        { host: target.hostname, port: target.port, path: target.pathname, method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(o.body) } },
+        {
+          host: target.hostname,
+          port: target.port,
+          path: target.pathname,
+          method: 'POST',
+          agent,
+          headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(o.body) },
+        },
         (res) => {
           res.resume();
           res.once('end', () => done(res.statusCode ?? 0));

@@ -26,12 +26,21 @@ const cleanups: Array<() => unknown> = [];
 
 async function buildFetch(): Promise<(req: Request) => Response | Promise<Response>> {
   if (variant === 'ceiling') return createCeilingApp(createUuidV7()).fetch;
-  if (variant !== 'state-only' && variant !== 'dual-write') throw new Error(`VARIANT must be ceiling, state-only or dual-write (got ${JSON.stringify(variant)})`);
+  if (variant !== 'state-only' && variant !== 'dual-write')
+    throw new Error(`VARIANT must be ceiling, state-only or dual-write (got ${JSON.stringify(variant)})`);
   const client = await openClient(config.DATABASE_URL, config);
   cleanups.push(() => client.close());
   await migrateDatabase(client, MIGRATIONS_FOLDER);
   const db = createDatabase(client);
-  const deps: Deps = { db, writer: createWriter(db), registry: registryOf(modules), clock: () => new Date(), newId: createUuidV7(), log, outboxCommitted: createSignal() };
+  const deps: Deps = {
+    db,
+    writer: createWriter(db),
+    registry: registryOf(modules),
+    clock: () => new Date(),
+    newId: createUuidV7(),
+    log,
+    outboxCommitted: createSignal(),
+  };
   cleanups.unshift(() => deps.writer.idle());
   if (variant === 'state-only') return createStateOnlyApp(deps).fetch;
   const publisher = await createInlinePublisher(natsConnector(config, 'bench dual-write'), streamSettingsFrom(config));

@@ -28,7 +28,8 @@ export function defineModules<const E extends EventCatalog>(modules: Modules & {
   }
   for (const s of modules.subscribers) {
     if (!/^[A-Za-z0-9_-]+$/.test(s.name)) throw new RangeError(`subscriber name ${JSON.stringify(s.name)} must be letters, digits, - and _`);
-    for (const t of s.types) if (!Object.hasOwn(modules.events, t)) throw new RangeError(`subscriber ${s.name} handles ${t}, which is not in the event catalog`);
+    for (const t of s.types)
+      if (!Object.hasOwn(modules.events, t)) throw new RangeError(`subscriber ${s.name} handles ${t}, which is not in the event catalog`);
   }
   return modules;
 }

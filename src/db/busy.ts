@@ -29,4 +29,3 @@ export function isDatabaseUnreachable(error: unknown): boolean {
   if (typeof e.message === 'string' && /network connection lost|connection refused|ECONNREFUSED|ECONNRESET/i.test(e.message)) return true;
   return e.cause !== undefined && e.cause !== error && isDatabaseUnreachable(e.cause);
 }
-

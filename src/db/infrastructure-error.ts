@@ -20,7 +20,10 @@ function hasInfrastructureCode(error: unknown, depth: number): boolean {
   if ([e.code, e.extendedCode].some((c) => typeof c === 'string' && INFRASTRUCTURE_CODES.test(c))) return true;
   // a closed client, a remote server's stream or connection gone (sqld/Turso over Hrana)
   if (typeof e.code === 'string' && /^(CLIENT_CLOSED|HRANA_|STREAM_EXPIRED|SERVER_ERROR)/.test(e.code)) return true;
-  if (typeof e.message === 'string' && /statements in progress|ConnectionFailed|disk is full|disk I\/O error|database or disk is full|unable to open database/i.test(e.message)) {
+  if (
+    typeof e.message === 'string' &&
+    /statements in progress|ConnectionFailed|disk is full|disk I\/O error|database or disk is full|unable to open database/i.test(e.message)
+  ) {
     return true;
   }
   return e.cause !== undefined && e.cause !== error && hasInfrastructureCode(e.cause, depth + 1);

@@ -28,8 +28,7 @@ type GroupRun = { ran: true } | { ran: false; busy: unknown };
  * queued before the first transaction starts (a microtask would commit the first one alone). setImmediate where
  * the runtime has it, a zero timeout elsewhere (Workers).
  */
-const nextTurn: (fn: () => void) => void =
-  typeof setImmediate === 'function' ? (fn) => void setImmediate(fn) : (fn) => void setTimeout(fn, 0);
+const nextTurn: (fn: () => void) => void = typeof setImmediate === 'function' ? (fn) => void setImmediate(fn) : (fn) => void setTimeout(fn, 0);
 
 /**
  * One write queue per database per process. @libsql/client's local driver is synchronous, so a second

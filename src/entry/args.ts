@@ -47,7 +47,9 @@ export function parseDurationOption(text: string, option: string, range: { min?:
   const max = range.max ?? MAX_DURATION_MS;
   const ms = parseDuration(text);
   if (ms === undefined || ms < min || ms > max) {
-    throw new UsageError(`--${option} must be a duration between ${formatDuration(min)} and ${formatDuration(max)} such as 30s, 15m, 2h or 7d (got ${JSON.stringify(text)})`);
+    throw new UsageError(
+      `--${option} must be a duration between ${formatDuration(min)} and ${formatDuration(max)} such as 30s, 15m, 2h or 7d (got ${JSON.stringify(text)})`,
+    );
   }
   return ms;
 }

@@ -80,7 +80,8 @@ export async function migrateOrExit(client: Client, folder: string): Promise<num
     return await migrateDatabase(client, folder);
   } catch (error) {
     if (error instanceof MigrationError) console.error(`Migration ${migrationFile(error)} ${error.detail}`.replace(/\s+/g, ' '));
-    else if (error instanceof DatabaseBusyError) console.error('Migrations not applied: another process held the database lock longer than DATABASE_BUSY_TIMEOUT_MS.');
+    else if (error instanceof DatabaseBusyError)
+      console.error('Migrations not applied: another process held the database lock longer than DATABASE_BUSY_TIMEOUT_MS.');
     else throw error;
     process.exit(1);
   }
@@ -102,6 +103,9 @@ export type Started = { config: Config; log: Logger; service: Service; client: C
 
 /** Where a service's migrations live: its own database's folder, and each subscriber's. */
 export type MigrationFolders = { service: string; subscriber: (name: string) => string };
+
+/** This package's version (package.json), for /openapi.json. */
+export const packageVersion = (): string => (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
 /** This service's migrations: db/migrations and db/subscribers/<name>. */
 export const APP_MIGRATIONS: MigrationFolders = { service: MIGRATIONS_FOLDER, subscriber: subscriberMigrationsFolder };
@@ -143,6 +147,7 @@ export async function boot(
       modules: options.modules ?? appModules,
       client,
       log,
+      version: packageVersion(),
       connect: natsConnector(config, `${config.SERVICE_NAME} ${config.ROLES.join('+')}`),
       openSubscriberDb: (name) => openSubscriberDb(config, name, migrations),
       ...options.faults,

@@ -70,11 +70,19 @@ function subscriberNamed(name: string | undefined): Subscriber {
 }
 
 /** Opens a subscriber's database, write queue and inbox dependencies. */
-async function withSubscriber<T>(subscriber: Subscriber, fn: (s: { db: ReturnType<typeof createDatabase>; inbox: ReturnType<typeof createInboxDeps> }) => Promise<T>): Promise<T> {
+async function withSubscriber<T>(
+  subscriber: Subscriber,
+  fn: (s: { db: ReturnType<typeof createDatabase>; inbox: ReturnType<typeof createInboxDeps> }) => Promise<T>,
+): Promise<T> {
   const client = await openSubscriberDb(config(), subscriber.name);
   try {
     const db = createDatabase(client);
-    const inbox = createInboxDeps(subscriber, { writer: createWriter(db), registry: registryOf(modules), metrics: createMetrics(), maxDeliver: config().CONSUMER_MAX_DELIVER });
+    const inbox = createInboxDeps(subscriber, {
+      writer: createWriter(db),
+      registry: registryOf(modules),
+      metrics: createMetrics(),
+      maxDeliver: config().CONSUMER_MAX_DELIVER,
+    });
     return await fn({ db, inbox });
   } finally {
     client.close();
@@ -172,7 +180,9 @@ const commands: Record<string, Command> = {
     const result = await withSubscriber(subscriber, ({ inbox }) =>
       compactInbox({ writer: inbox.writer, clock: () => new Date() }, { olderThanMs, ...(batch ? { batch } : {}) }),
     );
-    console.log(`deleted ${result.deleted} inbox row(s) of ${subscriber.name} received before ${new Date(result.cutoff).toISOString()} in ${result.batches} batch(es)`);
+    console.log(
+      `deleted ${result.deleted} inbox row(s) of ${subscriber.name} received before ${new Date(result.cutoff).toISOString()} in ${result.batches} batch(es)`,
+    );
   },
 };
 

@@ -26,6 +26,8 @@ export type WorkerEnv = {
   NATS_WS_URL?: string;
   /** The content of a NATS `.creds` file (a worker has no files to read it from). */
   NATS_CREDS?: string;
+  /** The version /openapi.json states (`npm run worker:*` pass package.json's with --var). */
+  SERVICE_VERSION?: string;
   /** Wall-clock bound of one cron relay pass, in ms (default 25000). */
   RELAY_TIME_LIMIT_MS?: string;
   [binding: string]: unknown;
@@ -58,10 +60,10 @@ function openRemoteClient(config: Config): Client {
  * behalf of another, and the Writer's queue would run one request's transaction inside another's context. The
  * in-process write queue is not needed either: the libSQL server serializes writers itself (BEGIN IMMEDIATE).
  */
-function createRequestApp(config: Config, client: Client, log: Logger): Hono {
+function createRequestApp(config: Config, client: Client, log: Logger, version: string | undefined): Hono {
   // No relay lives in this isolate: a commit is published at the next cron tick.
   const shared = createRoleDeps(createDatabase(client), { modules, log });
-  return createApiRole(config, shared, { readiness: () => ({ nats: 'published by the cron trigger' }) }).app;
+  return createApiRole(config, shared, { readiness: () => ({ nats: 'published by the cron trigger' }), ...(version ? { version } : {}) }).app;
 }
 
 /** NATS over WebSocket with the token, user/password or creds content from the bindings; TLS comes from `wss://`. */
@@ -119,7 +121,11 @@ export default {
     }
     const client = openRemoteClient(config);
     try {
-      return await createRequestApp(config, client, createLogger(config.LOG_LEVEL, undefined, { service: config.SERVICE_NAME })).fetch(request, env, ctx as never);
+      return await createRequestApp(config, client, createLogger(config.LOG_LEVEL, undefined, { service: config.SERVICE_NAME }), env.SERVICE_VERSION).fetch(
+        request,
+        env,
+        ctx as never,
+      );
     } finally {
       client.close();
     }

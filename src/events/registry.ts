@@ -58,7 +58,9 @@ export function createEventRegistry(catalog: EventCatalog): EventRegistry {
       const envelope = IntegrationEventEnvelope.safeParse(event);
       if (!envelope.success) throw new InvalidEventError(type, envelope.error.issues);
       if (envelope.data.aggregateType !== def.aggregate) {
-        throw new InvalidEventError(type, [{ code: 'custom', path: ['aggregateType'], message: `must be ${JSON.stringify(def.aggregate)} for ${type}`, input: envelope.data.aggregateType }]);
+        throw new InvalidEventError(type, [
+          { code: 'custom', path: ['aggregateType'], message: `must be ${JSON.stringify(def.aggregate)} for ${type}`, input: envelope.data.aggregateType },
+        ]);
       }
       const data = def.data.safeParse(envelope.data.data);
       if (!data.success) throw new InvalidEventError(type, data.error.issues);

@@ -5,6 +5,7 @@ import type { Deps } from '../deps.ts';
 import type { AppError } from '../errors.ts';
 import type { IntegrationEvent } from '../events/integration-event.ts';
 import { appendToOutbox, type OutboxHeaders } from '../outbox/append-to-outbox.ts';
+import { describeCommand, summaryOf } from './describe-route.ts';
 import { readIdempotencyKey, runIdempotent, sendCommandResponse, type CommandProblem, type CommandResponse } from './idempotency.ts';
 import { requireJson, validJson } from './json-body.ts';
 import { outboxHeadersFrom } from './trace-headers.ts';
@@ -18,6 +19,8 @@ export type Command = {
   params: Record<string, string>;
   /** Appends integration events to the outbox in this transaction (registry-checked, with the request's trace headers). */
   emit(events: IntegrationEvent[]): Promise<void>;
+  /** True once `emit` stored an event. */
+  emitted: boolean;
 };
 
 /** What a command returns: a response, or an expected refusal (404, 409 …) as a value, never thrown. */
@@ -30,17 +33,36 @@ export type CommandHandler<I> = (tx: Tx, input: I, cmd: Command) => Promise<Comm
 export const created = (location: string, body: unknown): CommandResponse => ({ status: 201, location, body });
 /** `200 OK`. */
 export const ok = (body: unknown): CommandResponse => ({ status: 200, body });
-/** An expected refusal, answered as problem+json after the write (other commands of the group still commit). */
+/**
+ * An expected refusal, answered as problem+json after the write (other commands of the group still commit).
+ * Decide it before writing: a refusal returned after `emit` rolls the command's writes back, at the price of
+ * re-running its whole commit group one command at a time.
+ */
 export const refuse = (problem: AppError): CommandProblem => ({ problem });
 
+/** A handler emitted events and then refused: thrown inside the writer so its writes roll back, answered as the refusal. */
+class RefusedAfterWrite extends Error {
+  constructor(readonly problem: AppError) {
+    super(`command refused after emitting events: ${problem.message}`);
+  }
+}
+
 /** The Command of one execution in `tx`: the clock read once, ids, path parameters and an `emit` bound to `tx`. */
-export function createCommand(tx: Tx, deps: Pick<Deps, 'registry' | 'clock' | 'newId'>, extra: { params?: Record<string, string>; headers?: OutboxHeaders } = {}): Command {
+export function createCommand(
+  tx: Tx,
+  deps: Pick<Deps, 'registry' | 'clock' | 'newId'>,
+  extra: { params?: Record<string, string>; headers?: OutboxHeaders } = {},
+): Command {
   const now = deps.clock();
   return {
     now,
     newId: deps.newId,
     params: extra.params ?? {},
-    emit: (events) => appendToOutbox(tx, events, { registry: deps.registry, now, ...(extra.headers ? { headers: extra.headers } : {}) }),
+    emitted: false,
+    emit(events) {
+      this.emitted ||= events.length > 0;
+      return appendToOutbox(tx, events, { registry: deps.registry, now, ...(extra.headers ? { headers: extra.headers } : {}) });
+    },
   };
 }
 
@@ -49,20 +71,42 @@ export function createCommand(tx: Tx, deps: Pick<Deps, 'registry' | 'clock' | 'n
  * Requires a JSON body (415 otherwise; `emptyBody` lets a missing or empty body through as `{}`), validates it
  * (400 problem with the zod issues), honours Idempotency-Key, carries `traceparent` and the correlation id into the
  * outbox rows, runs `handler` inside the writer (so it shares a group commit), answers after the commit, and wakes
- * the relay when something new was committed.
+ * the relay when something new was committed. It also describes the route for /openapi.json (describeCommand;
+ * the summary defaults to the handler's name in words).
  */
-export function commandRoute<S extends z.ZodType>(deps: Deps, body: S, handler: CommandHandler<z.output<S>>, options: { emptyBody?: boolean } = {}) {
-  const run: MiddlewareHandler = async function runCommand(c: Context) {
+export function commandRoute<S extends z.ZodType>(
+  deps: Deps,
+  body: S,
+  handler: CommandHandler<z.output<S>>,
+  options: { emptyBody?: boolean; summary?: string } = {},
+) {
+  // typed with the body's input so the route's schema, and so a hono/client, knows the body (`hc<ApiOf<…>>`)
+  const run: MiddlewareHandler<any, string, { in: { json: z.input<S> }; out: { json: z.output<S> } }> = async function runCommand(c: Context) {
     const input = (c.req.valid as (target: 'json') => z.output<S>)('json');
     const key = await readIdempotencyKey(c, input);
     const headers = outboxHeadersFrom(c);
     const params = c.req.param() as Record<string, string>;
-    const res = await deps.writer.write((tx) => {
-      const cmd = createCommand(tx, deps, { params, headers });
-      return runIdempotent(tx, key, cmd.now, () => handler(tx, input, cmd));
-    });
+    let res: Awaited<ReturnType<typeof runIdempotent>>;
+    try {
+      res = await deps.writer.write((tx) => {
+        const cmd = createCommand(tx, deps, { params, headers });
+        return runIdempotent(tx, key, cmd.now, async () => {
+          const outcome = await handler(tx, input, cmd);
+          if ('problem' in outcome && cmd.emitted) throw new RefusedAfterWrite(outcome.problem);
+          return outcome;
+        });
+      });
+    } catch (error) {
+      if (!(error instanceof RefusedAfterWrite)) throw error;
+      deps.log.warn('command refused after emitting events; its writes were rolled back (refuse before writing)', {
+        path: c.req.path,
+        detail: error.problem.message,
+      });
+      throw error.problem;
+    }
     if (!('problem' in res) && !res.replayed) deps.outboxCommitted.notify();
     return sendCommandResponse(c, res);
   };
-  return [requireJson({ allowEmpty: options.emptyBody ?? false }), validJson(body), run] as const;
+  const describe = describeCommand(body, { summary: options.summary ?? summaryOf(handler.name), emptyBody: options.emptyBody ?? false });
+  return [describe, requireJson({ allowEmpty: options.emptyBody ?? false }), validJson(body), run] as const;
 }

@@ -41,9 +41,8 @@ export async function runIdempotent(
     return 'problem' in res ? res : { ...res, replayed: false };
   }
   const run = sqlOf(tx);
-  const stored = (
-    await run.execute({ sql: 'SELECT fingerprint, status_code, response_body, location FROM idempotency_keys WHERE key = ?', args: [key.key] })
-  ).rows[0];
+  const stored = (await run.execute({ sql: 'SELECT fingerprint, status_code, response_body, location FROM idempotency_keys WHERE key = ?', args: [key.key] }))
+    .rows[0];
   if (stored) {
     if (stored.fingerprint !== key.fingerprint) return { problem: new IdempotencyConflictError() };
     return {
@@ -72,5 +71,7 @@ export function sendCommandResponse(c: Context, res: (CommandResponse & { replay
   if ('problem' in res) throw res.problem;
   if (res.location) c.header('Location', res.location);
   if (res.replayed) c.header('Idempotent-Replayed', 'true');
+  // a body-less status (204, 205, 304) cannot carry JSON
+  if (res.status === 204 || res.status === 205 || res.status === 304) return c.body(null, res.status);
   return c.json(res.body as object, res.status as 200);
 }

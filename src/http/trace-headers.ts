@@ -1,8 +1,10 @@
 import type { Context } from 'hono';
 import type { OutboxHeaders } from '../outbox/append-to-outbox.ts';
 
-const TRACEPARENT = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
-const CORRELATION = /^[\x21-\x7e]{1,128}$/;
+/** A W3C trace context `traceparent` header value. */
+export const TRACEPARENT = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
+/** A correlation id carried along: 1 to 128 printable ASCII characters. */
+export const CORRELATION = /^[\x21-\x7e]{1,128}$/;
 
 /** Picks a valid W3C `traceparent` and a correlation id from the request, to travel with the outbox rows. */
 export function outboxHeadersFrom(c: Context): OutboxHeaders {

@@ -79,7 +79,11 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
       try {
         how(m);
       } catch (error) {
-        log.warn(`consumer: could not ${what}; the broker will deliver the message again`, { consumer: name, eventId: h.msg.fallbackId, error: describeError(error) });
+        log.warn(`consumer: could not ${what}; the broker will deliver the message again`, {
+          consumer: name,
+          eventId: h.msg.fallbackId,
+          error: describeError(error),
+        });
       }
     }
   };
@@ -181,12 +185,23 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
         const first = session === undefined;
         if (session && s.streamCreated !== session.streamCreated) {
           epoch++;
-          if (held.size() > 0) log.warn('consumer: the stream was re-created; the messages held from the old one are still applied, never answered', { consumer: name, held: held.size() });
+          if (held.size() > 0)
+            log.warn('consumer: the stream was re-created; the messages held from the old one are still applied, never answered', {
+              consumer: name,
+              held: held.size(),
+            });
         }
         session = s;
         if (first && s.info.num_ack_pending > 0 && held.size() === 0) {
-          barrier = createRedeliveryBarrier({ upTo: s.info.delivered.stream_seq, expected: s.info.num_ack_pending, deadline: Date.now() + Math.round(pull.consumer.ackWaitMs * 1.5) + 1000 });
-          log.info('consumer: waiting for the messages an earlier run left unacknowledged before applying newer ones', { consumer: name, unacknowledged: s.info.num_ack_pending });
+          barrier = createRedeliveryBarrier({
+            upTo: s.info.delivered.stream_seq,
+            expected: s.info.num_ack_pending,
+            deadline: Date.now() + Math.round(pull.consumer.ackWaitMs * 1.5) + 1000,
+          });
+          log.info('consumer: waiting for the messages an earlier run left unacknowledged before applying newer ones', {
+            consumer: name,
+            unacknowledged: s.info.num_ack_pending,
+          });
         }
       },
       brokerState: broker.set,

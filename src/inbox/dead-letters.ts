@@ -1,15 +1,18 @@
-import { asc, eq } from 'drizzle-orm';
-import type { Database } from '../db/open-database.ts';
+import type { Row } from '@libsql/client';
+import { sqlOf, type Database } from '../db/open-database.ts';
+import type { Writer } from '../db/writer.ts';
+import { sleep } from '../worker/sleep.ts';
 import { applyOnce, describeError, type InboxDeps } from './handle-once.ts';
 import { decodeMessage, type InboxMessage } from './inbox-message.ts';
 import { deleteDeadLetter, recordReplayError } from './inbox-store.ts';
-import { deadLetters } from './tables.ts';
 
 /** A message a subscriber gave up on, with the stored copy replay works from. */
 export type DeadLetter = {
   eventId: string;
   consumer: string;
   subject: string;
+  /** The event type: the body's `type` when it is a JSON object with one, else the Event-Type header, else null. */
+  type: string | null;
   headers: Record<string, string>;
   payload: string;
   error: string;
@@ -17,10 +20,134 @@ export type DeadLetter = {
   deadAt: number;
 };
 
+/** Where a page of dead letters starts: after this one (they are ordered by time of death, then event id). */
+export type DeadLetterCursor = { deadAt: number; eventId: string };
+
+/** Which dead letters of a consumer to list: `limit` of them after `after` (from the oldest without it), filtered. */
+export type DeadLetterQuery = {
+  limit: number;
+  after?: DeadLetterCursor | undefined;
+  /** Only this event type. */
+  type?: string | undefined;
+  /** Only those whose error contains this text (any case). */
+  q?: string | undefined;
+};
+
+/** One page, oldest first, and the cursor of the next page (undefined on the last one). */
+export type DeadLetterPage = { items: DeadLetter[]; next: DeadLetterCursor | undefined };
+
+/** The event type of a dead letter: the body's `type` when it is a JSON object with a text one, else the Event-Type header. */
+const TYPE_OF = `CASE WHEN json_valid(payload) AND json_type(payload, '$.type') = 'text' THEN payload ->> '$.type' ELSE headers ->> '$."Event-Type"' END`;
+
+const COLUMNS = `event_id, consumer, subject, headers, payload, error, deliveries, dead_at, ${TYPE_OF} AS type`;
+
+/**
+ * A page of one consumer's dead letters: a keyset range of idx_dead_letters_consumer_dead_at (never OFFSET, so
+ * every page costs the same and rows deleted or added between pages shift nothing). `:afterAt` -1 starts at the
+ * beginning (times of death are epoch ms). Filters are checked on the rows the range walks.
+ */
+export const DEAD_LETTER_PAGE_SQL = `
+  SELECT ${COLUMNS} FROM dead_letters
+  WHERE consumer = :consumer AND (dead_at, event_id) > (:afterAt, :afterId)
+    AND (:type IS NULL OR ${TYPE_OF} = :type)
+    AND (:q IS NULL OR instr(lower(error), lower(:q)) > 0)
+  ORDER BY dead_at, event_id
+  LIMIT :limit`;
+
+function toDeadLetter(r: Row): DeadLetter {
+  return {
+    eventId: String(r.event_id),
+    consumer: String(r.consumer),
+    subject: String(r.subject),
+    type: r.type === null ? null : String(r.type),
+    headers: JSON.parse(String(r.headers)) as Record<string, string>,
+    payload: String(r.payload),
+    error: String(r.error),
+    deliveries: Number(r.deliveries),
+    deadAt: Number(r.dead_at),
+  };
+}
+
+/** Reads one page of `consumer`'s dead letters (see DEAD_LETTER_PAGE_SQL). */
+export async function pageDeadLetters(db: Database, consumer: string, query: DeadLetterQuery): Promise<DeadLetterPage> {
+  const rs = await db.$client.execute({
+    sql: DEAD_LETTER_PAGE_SQL,
+    args: {
+      consumer,
+      afterAt: query.after?.deadAt ?? -1,
+      afterId: query.after?.eventId ?? '',
+      type: query.type ?? null,
+      q: query.q ?? null,
+      // one more than asked: whether it comes back says whether there is a next page
+      limit: query.limit + 1,
+    },
+  });
+  const items = rs.rows.slice(0, query.limit).map(toDeadLetter);
+  const last = items.at(-1);
+  return { items, next: rs.rows.length > query.limit && last ? { deadAt: last.deadAt, eventId: last.eventId } : undefined };
+}
+
+/** Every dead letter of `consumer`, page by page, oldest first. */
+export async function* eachDeadLetter(db: Database, consumer: string, pageSize = 100): AsyncGenerator<DeadLetter> {
+  let after: DeadLetterCursor | undefined;
+  do {
+    const page = await pageDeadLetters(db, consumer, { limit: pageSize, after });
+    yield* page.items;
+    after = page.next;
+  } while (after);
+}
+
 /** The dead letters of `consumer`, oldest first. */
 export async function listDeadLetters(db: Database, consumer: string): Promise<DeadLetter[]> {
-  const rows = await db.select().from(deadLetters).where(eq(deadLetters.consumer, consumer)).orderBy(asc(deadLetters.deadAt), asc(deadLetters.eventId));
-  return rows.map((r) => ({ ...r, headers: JSON.parse(r.headers) as Record<string, string> }));
+  const all: DeadLetter[] = [];
+  for await (const dead of eachDeadLetter(db, consumer)) all.push(dead);
+  return all;
+}
+
+/** The dead letter of `eventId` for `consumer`, or undefined. */
+export async function findDeadLetter(db: Database, consumer: string, eventId: string): Promise<DeadLetter | undefined> {
+  const rs = await db.$client.execute({ sql: `SELECT ${COLUMNS} FROM dead_letters WHERE event_id = ? AND consumer = ?`, args: [eventId, consumer] });
+  return rs.rows[0] && toDeadLetter(rs.rows[0]);
+}
+
+/** How many dead letters `consumer` has (a count over its range of idx_dead_letters_consumer_dead_at). */
+export async function countDeadLetters(db: Database, consumer: string): Promise<number> {
+  const rs = await db.$client.execute({ sql: 'SELECT count(*) AS n FROM dead_letters WHERE consumer = ?', args: [consumer] });
+  return Number(rs.rows[0]!.n);
+}
+
+/** Dead letters deleted per write transaction when deleting all of them. */
+const DELETE_BATCH = 1000;
+
+/**
+ * Deletes `consumer`'s dead letter `eventId`, or all of them when it is undefined, through `writer` (the subscriber
+ * database's write queue), `DELETE_BATCH` per transaction; `onDeleted` hears the ids of each committed batch. The
+ * events are not applied: deleting a dead letter is an operator's decision to drop it. Returns how many were deleted.
+ */
+export async function deleteDeadLetters(
+  writer: Writer,
+  consumer: string,
+  eventId: string | undefined,
+  onDeleted: (eventIds: string[]) => void = () => {},
+): Promise<number> {
+  let deleted = 0;
+  for (;;) {
+    const ids = await writer.write(async (tx) => {
+      const rs = await sqlOf(tx).execute(
+        eventId === undefined
+          ? {
+              sql: 'DELETE FROM dead_letters WHERE rowid IN (SELECT rowid FROM dead_letters WHERE consumer = ? LIMIT ?) RETURNING event_id',
+              args: [consumer, DELETE_BATCH],
+            }
+          : { sql: 'DELETE FROM dead_letters WHERE consumer = ? AND event_id = ? RETURNING event_id', args: [consumer, eventId] },
+      );
+      return rs.rows.map((r) => String(r.event_id));
+    });
+    deleted += ids.length;
+    if (ids.length > 0) onDeleted(ids);
+    if (eventId !== undefined || ids.length < DELETE_BATCH) return deleted;
+    await sleep(0);
+  }
 }
 
 export type ReplayDeps = InboxDeps & { db: Database };
@@ -37,41 +164,51 @@ export type ReplayReport = {
 };
 
 /**
- * Re-applies dead letters of `deps.consumer` (one by id, or all) from their stored copies, through the same
- * inbox path as a delivery: the inbox row, the effect and the removal of the dead letter commit together, so a
- * replay that fails leaves the dead letter (with its new error) and no partial effect, and one that runs twice
- * applies the event once.
+ * Re-applies dead letters of `deps.consumer` (one by id, or all, oldest first) from their stored copies, through
+ * the same inbox path as a delivery and the subscriber's write queue: the inbox row, the effect and the removal of
+ * the dead letter commit together, so a replay that fails leaves the dead letter (with its new error) and no
+ * partial effect, and one that runs twice applies the event once.
  */
 export async function replayDeadLetters(deps: ReplayDeps, which: string | 'all'): Promise<ReplayReport> {
-  const report: ReplayReport = { replayed: [], duplicates: [], failed: [], notFound: [] };
-  const all = await listDeadLetters(deps.db, deps.consumer);
-  const chosen = which === 'all' ? all : all.filter((d) => d.eventId === which);
-  if (which !== 'all' && chosen.length === 0) report.notFound.push(which);
-
-  for (const dead of chosen) {
-    const key = { eventId: dead.eventId, consumer: deps.consumer };
-    const msg: InboxMessage = { subject: dead.subject, headers: dead.headers, payload: dead.payload, deliveryCount: dead.deliveries, fallbackId: dead.eventId };
-    const decoded = decodeMessage(deps.registry, msg);
-    let error: string;
-    if (decoded.ok) {
-      try {
-        const fresh = await deps.writer.write(async (tx) => {
-          const applied = await applyOnce(tx, deps, decoded.event);
-          await deleteDeadLetter(tx, key);
-          return applied;
-        });
-        (fresh ? report.replayed : report.duplicates).push(dead.eventId);
-        (fresh ? deps.metrics.processed : deps.metrics.duplicates).inc({ consumer: deps.consumer });
-        continue;
-      } catch (e) {
-        error = `replay failed: ${describeError(e)}`;
-      }
-    } else {
-      error = `replay failed: ${decoded.error}`;
-    }
-    await deps.writer.write((tx) => recordReplayError(tx, key, error));
-    report.failed.push({ eventId: dead.eventId, error });
-  }
+  if (which !== 'all') return replayDeadLetter(deps, which);
+  const report = emptyReport();
+  // page by page: a replayed letter is deleted and a failed one keeps its place, so the cursor skips neither
+  for await (const dead of eachDeadLetter(deps.db, deps.consumer)) await replayOne(deps, dead, report);
   return report;
 }
 
+/** Replays the dead letter `eventId` of `deps.consumer` as replayDeadLetters does (whatever the id, even `all`). */
+export async function replayDeadLetter(deps: ReplayDeps, eventId: string): Promise<ReplayReport> {
+  const report = emptyReport();
+  const dead = await findDeadLetter(deps.db, deps.consumer, eventId);
+  if (dead) await replayOne(deps, dead, report);
+  else report.notFound.push(eventId);
+  return report;
+}
+
+const emptyReport = (): ReplayReport => ({ replayed: [], duplicates: [], failed: [], notFound: [] });
+
+async function replayOne(deps: ReplayDeps, dead: DeadLetter, report: ReplayReport): Promise<void> {
+  const key = { eventId: dead.eventId, consumer: deps.consumer };
+  const msg: InboxMessage = { subject: dead.subject, headers: dead.headers, payload: dead.payload, deliveryCount: dead.deliveries, fallbackId: dead.eventId };
+  const decoded = decodeMessage(deps.registry, msg);
+  let error: string;
+  if (decoded.ok) {
+    try {
+      const fresh = await deps.writer.write(async (tx) => {
+        const applied = await applyOnce(tx, deps, decoded.event);
+        await deleteDeadLetter(tx, key);
+        return applied;
+      });
+      (fresh ? report.replayed : report.duplicates).push(dead.eventId);
+      (fresh ? deps.metrics.processed : deps.metrics.duplicates).inc({ consumer: deps.consumer });
+      return;
+    } catch (e) {
+      error = `replay failed: ${describeError(e)}`;
+    }
+  } else {
+    error = `replay failed: ${decoded.error}`;
+  }
+  await deps.writer.write((tx) => recordReplayError(tx, key, error));
+  report.failed.push({ eventId: dead.eventId, error });
+}

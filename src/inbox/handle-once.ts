@@ -38,7 +38,10 @@ export function createInboxDeps(
     writer: parts.writer,
     registry: parts.registry,
     handle: subscriber.handle,
-    handles: ((types) => (type: string) => types.has(type))(new Set(subscriber.types)),
+    handles: (
+      (types) => (type: string) =>
+        types.has(type)
+    )(new Set(subscriber.types)),
     clock: parts.clock ?? (() => new Date()),
     metrics: createInboxMetrics(parts.metrics),
     maxDeliver: parts.maxDeliver ?? DEFAULT_MAX_DELIVER,
@@ -166,7 +169,12 @@ export async function handleBatch(deps: InboxDeps, msgs: InboxMessage[]): Promis
 async function attempt(tx: Tx, deps: InboxDeps, rest: Valid[], doomed: Doomed[]): Promise<Set<number>> {
   const now = deps.clock().getTime();
   for (const d of doomed) await storeDeadLetter(tx, { eventId: d.eventId, consumer: deps.consumer, msg: d.msg, error: d.error, deadAt: now });
-  const claimed = await claimInboxRows(tx, deps.consumer, rest.map((r) => ({ eventId: r.event.eventId, messageType: r.event.type })), now);
+  const claimed = await claimInboxRows(
+    tx,
+    deps.consumer,
+    rest.map((r) => ({ eventId: r.event.eventId, messageType: r.event.type })),
+    now,
+  );
   const fresh = new Set<number>();
   for (let k = 0; k < rest.length; k++) {
     const { event } = rest[k]!;

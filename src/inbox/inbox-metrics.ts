@@ -18,7 +18,10 @@ const availability = new WeakMap<Metrics, Gauge>();
 export function createInboxMetrics(metrics: Metrics): InboxMetrics {
   let databaseAvailable = availability.get(metrics);
   if (!databaseAvailable) {
-    databaseAvailable = metrics.gauge('inbox_database_available', "1 while a subscriber's database takes writes, 0 while its runner holds messages until it does.");
+    databaseAvailable = metrics.gauge(
+      'inbox_database_available',
+      "1 while a subscriber's database takes writes, 0 while its runner holds messages until it does.",
+    );
     availability.set(metrics, databaseAvailable);
   }
   return {

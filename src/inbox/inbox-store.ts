@@ -35,10 +35,7 @@ export async function claimInboxRows(
 }
 
 /** Stores (or refreshes) the dead letter of a message with the error that stopped it, in the caller's transaction. */
-export async function storeDeadLetter(
-  tx: Tx,
-  row: { eventId: string; consumer: string; msg: InboxMessage; error: string; deadAt: number },
-): Promise<void> {
+export async function storeDeadLetter(tx: Tx, row: { eventId: string; consumer: string; msg: InboxMessage; error: string; deadAt: number }): Promise<void> {
   const values = {
     eventId: row.eventId,
     consumer: row.consumer,

@@ -65,7 +65,13 @@ export function createOutcomes(
         const delay = backoffDelay(msg.deliveryCount, d.retryDelay);
         h.retryAt = Date.now() + delay;
         summary.retried++;
-        d.log.warn('consumer: message failed; retrying it, the later events of its aggregate wait', { consumer: d.consumer, eventId: result.eventId, attempt: msg.deliveryCount, delayMs: delay, error: result.error });
+        d.log.warn('consumer: message failed; retrying it, the later events of its aggregate wait', {
+          consumer: d.consumer,
+          eventId: result.eventId,
+          attempt: msg.deliveryCount,
+          delayMs: delay,
+          error: result.error,
+        });
         break;
       }
       case 'deferred':

@@ -87,7 +87,8 @@ export async function pullMessages(s: PullSettings, target: PullTarget, signal: 
           outage.reset();
         }
       } catch (error) {
-        if (!signal.aborted && outage.failures() === 0) s.log.warn('consumer: pulling failed; ensuring the stream and the consumer again', { consumer: s.name, error: describeError(error) });
+        if (!signal.aborted && outage.failures() === 0)
+          s.log.warn('consumer: pulling failed; ensuring the stream and the consumer again', { consumer: s.name, error: describeError(error) });
         await failed(error);
       }
     }

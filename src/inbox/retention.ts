@@ -75,5 +75,11 @@ export function compactInboxPeriodically(
   signal: AbortSignal,
   schedule: CompactionSchedule = HOURLY,
 ): Promise<void> {
-  return compactPeriodically('inbox', (s) => compactInbox(deps, { olderThanMs: retentionMs, signal: s }), { log: deps.log, fields: { consumer: deps.name } }, schedule, signal);
+  return compactPeriodically(
+    'inbox',
+    (s) => compactInbox(deps, { olderThanMs: retentionMs, signal: s }),
+    { log: deps.log, fields: { consumer: deps.name } },
+    schedule,
+    signal,
+  );
 }

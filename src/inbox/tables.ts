@@ -29,5 +29,9 @@ export const deadLetters = sqliteTable(
     deliveries: integer('deliveries').notNull(),
     deadAt: integer('dead_at').notNull(),
   },
-  (t) => [primaryKey({ columns: [t.eventId, t.consumer] })],
+  (t) => [
+    primaryKey({ columns: [t.eventId, t.consumer] }),
+    // A consumer's dead letters oldest first: the admin listing pages through them by (dead_at, event_id).
+    index('idx_dead_letters_consumer_dead_at').on(t.consumer, t.deadAt, t.eventId),
+  ],
 );

@@ -52,7 +52,8 @@ export function createBatchWrites(d: {
             state = 'unavailable';
             d.metrics.databaseAvailable.set(0, labels);
             const fields = { consumer: d.consumer, messages: msgs.length, error: describeError(error) };
-            if (isInfrastructureError(error)) d.log.warn('consumer: its database cannot take writes; holding the messages (no delivery spent) and retrying the same write', fields);
+            if (isInfrastructureError(error))
+              d.log.warn('consumer: its database cannot take writes; holding the messages (no delivery spent) and retrying the same write', fields);
             else d.log.error('consumer: a write failed for a reason other than a handler; holding the messages and retrying the same write', fields);
           }
           if (signal.aborted) return undefined;

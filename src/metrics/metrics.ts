@@ -3,7 +3,9 @@
 type Labels = Record<string, string>;
 
 export type Counter = { inc(labels?: Labels, by?: number): void; get(labels?: Labels): number };
-export type Histogram = { observe(value: number): void; count(): number };
+/** A histogram's state: cumulative count per upper bound `le` (ascending; +Inf is `count`), total count and sum. */
+export type HistogramSnapshot = { buckets: Array<{ le: number; count: number }>; count: number; sum: number };
+export type Histogram = { observe(value: number): void; count(): number; snapshot(): HistogramSnapshot };
 export type Gauge = { set(value: number, labels?: Labels): void };
 
 export type Metrics = {
@@ -66,6 +68,7 @@ export function createMetrics(): Metrics {
           for (let i = 0; i < sorted.length; i++) if (value <= sorted[i]!) counts[i]!++;
         },
         count: () => total,
+        snapshot: () => ({ buckets: sorted.map((le, i) => ({ le, count: counts[i]! })), count: total, sum }),
       };
     },
     gauge(name, help) {

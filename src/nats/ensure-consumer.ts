@@ -1,4 +1,12 @@
-import { AckPolicy, DeliverPolicy, JetStreamApiCodes, JetStreamApiError, type ConsumerConfig, type ConsumerInfo, type JetStreamManager } from '@nats-io/jetstream';
+import {
+  AckPolicy,
+  DeliverPolicy,
+  JetStreamApiCodes,
+  JetStreamApiError,
+  type ConsumerConfig,
+  type ConsumerInfo,
+  type JetStreamManager,
+} from '@nats-io/jetstream';
 import { millis, nanos } from '@nats-io/nats-core';
 
 /** What a subscriber's durable pull consumer must look like (see docs/architecture.md, "Subscribers"). */
@@ -20,8 +28,7 @@ export class UnsafeConsumerConfigError extends Error {
   override readonly name = 'UnsafeConsumerConfigError';
 }
 
-const filterOf = (subjects: string[]): Partial<ConsumerConfig> =>
-  subjects.length === 1 ? { filter_subject: subjects[0]! } : { filter_subjects: subjects };
+const filterOf = (subjects: string[]): Partial<ConsumerConfig> => (subjects.length === 1 ? { filter_subject: subjects[0]! } : { filter_subjects: subjects });
 
 const sameFilters = (cfg: ConsumerConfig, subjects: string[]) => {
   const have = cfg.filter_subjects ?? (cfg.filter_subject ? [cfg.filter_subject] : []);
@@ -42,15 +49,17 @@ export async function ensureConsumer(jsm: JetStreamManager, s: ConsumerSettings)
     info = await jsm.consumers.info(s.stream, s.name);
   } catch (error) {
     if (!(error instanceof JetStreamApiError) || error.code !== JetStreamApiCodes.ConsumerNotFound) throw error;
-    return jsm.consumers.add(s.stream, {
-      durable_name: s.name,
-      ack_policy: AckPolicy.Explicit,
-      deliver_policy: DeliverPolicy.All,
-      ack_wait: nanos(s.ackWaitMs),
-      max_deliver: s.maxDeliver,
-      max_ack_pending: s.maxAckPending,
-      ...filterOf(s.filterSubjects),
-    });
+    return jsm.consumers
+      .add(s.stream, {
+        durable_name: s.name,
+        ack_policy: AckPolicy.Explicit,
+        deliver_policy: DeliverPolicy.All,
+        ack_wait: nanos(s.ackWaitMs),
+        max_deliver: s.maxDeliver,
+        max_ack_pending: s.maxAckPending,
+        ...filterOf(s.filterSubjects),
+      })
+      .catch((e: unknown) => refuseOldServer(e, s));
   }
   const cfg = info.config;
   if (cfg.deliver_subject) {
@@ -67,10 +76,23 @@ export async function ensureConsumer(jsm: JetStreamManager, s: ConsumerSettings)
     cfg.max_ack_pending === s.maxAckPending &&
     sameFilters(cfg, s.filterSubjects);
   if (upToDate) return info;
-  return jsm.consumers.update(s.stream, s.name, {
-    ack_wait: nanos(s.ackWaitMs),
-    max_deliver: s.maxDeliver,
-    max_ack_pending: s.maxAckPending,
-    ...filterOf(s.filterSubjects),
-  });
+  return jsm.consumers
+    .update(s.stream, s.name, {
+      ack_wait: nanos(s.ackWaitMs),
+      max_deliver: s.maxDeliver,
+      max_ack_pending: s.maxAckPending,
+      ...filterOf(s.filterSubjects),
+    })
+    .catch((e: unknown) => refuseOldServer(e, s));
+}
+
+/** A broker too old for several filter subjects will never accept this consumer: a start-up refusal, not an outage. */
+function refuseOldServer(error: unknown, s: ConsumerSettings): never {
+  const text = error instanceof JetStreamApiError ? (error.apiError().description ?? error.message) : String(error);
+  if (s.filterSubjects.length > 1 && /requires server 2\.10/i.test(text)) {
+    throw new UnsafeConsumerConfigError(
+      `Refusing to start: subscriber consumer ${s.name} handles events of several aggregate types (${s.filterSubjects.join(', ')}), which needs nats-server 2.10 or later (the broker said: ${text}); split it into one subscriber per aggregate type or upgrade the broker.`,
+    );
+  }
+  throw error;
 }

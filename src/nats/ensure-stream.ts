@@ -1,11 +1,4 @@
-import {
-  DiscardPolicy,
-  JetStreamApiError,
-  RetentionPolicy,
-  StorageType,
-  type JetStreamManager,
-  type StreamInfo,
-} from '@nats-io/jetstream';
+import { DiscardPolicy, JetStreamApiError, RetentionPolicy, StorageType, type JetStreamManager, type StreamInfo } from '@nats-io/jetstream';
 import { millis, nanos } from '@nats-io/nats-core';
 import type { StreamSettings } from './stream-settings.ts';
 

@@ -29,8 +29,7 @@ export function streamSettingsFrom(config: Config): StreamSettings {
 }
 
 /** Subject of an event: `<prefix>.<aggregate_type>.<aggregate_id>`. */
-export const eventSubject = (prefix: string, aggregateType: string, aggregateId: string) =>
-  `${prefix}.${aggregateType}.${aggregateId}`;
+export const eventSubject = (prefix: string, aggregateType: string, aggregateId: string) => `${prefix}.${aggregateType}.${aggregateId}`;
 
 /** Core-NATS subject that wakes relays of `stream` in other processes; outside the stream's subjects. */
 export const kickSubject = (stream: string) => `_OUTBOX.kick.${stream}`;

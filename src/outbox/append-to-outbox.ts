@@ -23,11 +23,7 @@ export class UnstorableTextError extends Error {
  * aggregate type/id that is not a subject-safe token, or text anywhere in the event or headers that would not
  * read back as published (UnstorableTextError).
  */
-export async function appendToOutbox(
-  tx: Tx,
-  events: IntegrationEvent[],
-  ctx: { registry: EventRegistry; now: Date; headers?: OutboxHeaders },
-): Promise<void> {
+export async function appendToOutbox(tx: Tx, events: IntegrationEvent[], ctx: { registry: EventRegistry; now: Date; headers?: OutboxHeaders }): Promise<void> {
   if (events.length === 0) return;
   const nowMs = ctx.now.getTime();
   const headers = JSON.stringify(ctx.headers ?? {});

@@ -1,6 +1,7 @@
 import { sql } from 'drizzle-orm';
 import type { Database, Tx } from '../db/open-database.ts';
 
+/** A parked outbox row: what the relay gave up on and why, with the stored event. */
 export type FailedRow = {
   id: string;
   seq: number;
@@ -10,30 +11,39 @@ export type FailedRow = {
   attempts: number;
   lastError: string | null;
   occurredAt: string;
+  /** The stored integration event (JSON text). */
+  payload: string;
 };
 
-/** Lists parked (`failed`) outbox rows, oldest first. */
-export async function listFailed(db: Database, limit = 100): Promise<FailedRow[]> {
-  const rows = await db.all<{
-    id: string;
-    seq: number;
-    aggregate_type: string;
-    aggregate_id: string;
-    message_type: string;
-    attempts: number;
-    last_error: string | null;
-    occurred_at: number;
-  }>(sql`SELECT id, seq, aggregate_type, aggregate_id, message_type, attempts, last_error, occurred_at FROM outbox WHERE status = 'failed' ORDER BY seq LIMIT ${limit}`);
-  return rows.map((r) => ({
-    id: r.id,
+/** One page of failed rows, oldest first, and the seq to ask for the next page after (undefined on the last one). */
+export type FailedPage = { items: FailedRow[]; next: number | undefined };
+
+/** Failed rows after a seq, oldest first: a keyset range of idx_outbox_status_seq (never OFFSET). */
+export const FAILED_PAGE_SQL = `
+  SELECT id, seq, aggregate_type, aggregate_id, message_type, attempts, last_error, occurred_at, payload
+  FROM outbox WHERE status = 'failed' AND seq > ? ORDER BY seq LIMIT ?`;
+
+/** Reads `limit` parked (`failed`) outbox rows after seq `after` (from the first without it), oldest first. */
+export async function pageFailed(db: Database, query: { limit: number; after?: number | undefined }): Promise<FailedPage> {
+  // one more than asked: whether it comes back says whether there is a next page
+  const rs = await db.$client.execute({ sql: FAILED_PAGE_SQL, args: [query.after ?? 0, query.limit + 1] });
+  const items = rs.rows.slice(0, query.limit).map((r) => ({
+    id: String(r.id),
     seq: Number(r.seq),
-    aggregateType: r.aggregate_type,
-    aggregateId: r.aggregate_id,
-    messageType: r.message_type,
+    aggregateType: String(r.aggregate_type),
+    aggregateId: String(r.aggregate_id),
+    messageType: String(r.message_type),
     attempts: Number(r.attempts),
-    lastError: r.last_error,
+    lastError: r.last_error === null ? null : String(r.last_error),
     occurredAt: new Date(Number(r.occurred_at)).toISOString(),
+    payload: String(r.payload),
   }));
+  return { items, next: rs.rows.length > query.limit ? items.at(-1)?.seq : undefined };
+}
+
+/** Lists the first `limit` parked (`failed`) outbox rows, oldest first. */
+export async function listFailed(db: Database, limit = 100): Promise<FailedRow[]> {
+  return (await pageFailed(db, { limit })).items;
 }
 
 /**

@@ -22,10 +22,12 @@ export function createInFlight(max: number): InFlight {
     },
     track(p) {
       count++;
-      void p.finally(() => {
-        count--;
-        wakeAll();
-      }).catch(() => undefined);
+      void p
+        .finally(() => {
+          count--;
+          wakeAll();
+        })
+        .catch(() => undefined);
     },
     async drained() {
       while (count > 0) await new Promise<void>((resolve) => waiters.push(resolve));

@@ -9,7 +9,7 @@ import { eventHeaders } from './event-headers.ts';
 import type { OutboxMetrics } from './outbox-metrics.ts';
 import { createInFlight } from './in-flight.ts';
 import { isBrokerUnavailable } from './publish-errors.ts';
-import { aggregateKey, fetchPending, markSent, recordFailure, type PendingRow } from './relay-store.ts';
+import { aggregateKey, fetchPending, markSent, recordFailure, type Floor, type PendingRow } from './relay-store.ts';
 
 export type RelayPassSettings = {
   prefix: string;
@@ -59,7 +59,7 @@ export type RelayPassResult = {
    * How far the fetch read the outbox: every pending row at or below it that this pass did not publish was held
    * behind an earlier row of its aggregate (or was being marked). The next pass's floor, unless the caller resets it.
    */
-  scannedTo: number;
+  scannedTo: Floor;
   /** True when a retried or re-queued row was acknowledged: rows held behind it may now be publishable. */
   ackedRetry: boolean;
   /** Settles when the pass's acknowledged rows are marked sent (at once unless `deferMark`); never unhandled. */
@@ -70,7 +70,7 @@ export type RelayPassOptions = {
   /** Rows to leave out: acknowledged by an earlier pass whose mark-sent write is still running. */
   exclude?: readonly number[];
   /** Read only rows above this seq, unless a retry is due (see FETCH_PENDING_SQL); 0 reads from the oldest. */
-  floor?: number;
+  floor?: Floor;
   /** Return once the PubAcks are in, with the mark-sent write still running in `marked`. */
   deferMark?: boolean;
 };
@@ -104,11 +104,28 @@ function prepare(row: PendingRow, registry: EventRegistry, s: RelayPassSettings)
 export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, options: RelayPassOptions = {}): Promise<RelayPassResult> {
   const s = deps.settings;
   const nowMs = deps.clock().getTime();
-  const { rows, high } = await fetchPending(deps.db, nowMs, s.batch, options.exclude, options.floor);
-  const scannedTo = rows.length < s.batch ? high : rows.at(-1)!.seq;
-  const result: RelayPassResult = { fetched: rows.length, published: 0, duplicates: 0, failed: 0, parked: 0, ackedSeqs: [], scannedTo, ackedRetry: false, marked: Promise.resolve() };
+  const { rows, high, epoch } = await fetchPending(deps.db, nowMs, s.batch, options.exclude, options.floor);
+  const scannedTo: Floor = { seq: rows.length < s.batch ? high : rows.at(-1)!.seq, epoch };
+  const result: RelayPassResult = {
+    fetched: rows.length,
+    published: 0,
+    duplicates: 0,
+    failed: 0,
+    parked: 0,
+    ackedSeqs: [],
+    scannedTo,
+    ackedRetry: false,
+    marked: Promise.resolve(),
+  };
   if (rows.length === 0) return result;
-  if (deps.faults?.markBeforePublish) await deps.writer.write((tx) => markSent(tx, rows.map((r) => r.seq), nowMs));
+  if (deps.faults?.markBeforePublish)
+    await deps.writer.write((tx) =>
+      markSent(
+        tx,
+        rows.map((r) => r.seq),
+        nowMs,
+      ),
+    );
   await deps.faults?.beforePublishing?.(rows);
 
   const acked: Array<{ row: PendingRow; ack: PubAck; at: number }> = [];
@@ -167,7 +184,11 @@ export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, option
     const retryAt = failures.map((f) => doneMs + backoffDelay(f.row.attempts + 1, { baseMs: s.backoffBaseMs, maxMs: s.maxBackoffMs, random: deps.random }));
     result.marked = deps.writer
       .write(async (tx) => {
-        await markSent(tx, acked.map((a) => a.row.seq), doneMs);
+        await markSent(
+          tx,
+          acked.map((a) => a.row.seq),
+          doneMs,
+        );
         let parked = 0;
         for (const [k, f] of failures.entries()) {
           if ((await recordFailure(tx, f.row, f.error, retryAt[k]!, s.maxAttempts)) === 'failed') parked++;

@@ -21,10 +21,12 @@ export type PendingRow = {
  * aggregate is in the same result as any later one.
  *
  * `?4` is the caller's floor: every pending row at or below it was held (or being marked) when last read, so the
- * scan starts above it instead of walking a large held backlog on every pass. The floor is ignored — the scan
- * starts at the oldest pending row — whenever a retried or re-queued row is due (idx_outbox_retry_due answers that
- * in O(log n)): that is the only way a held row can become publishable without the caller noticing, and such a
- * row is then read by this very pass, before any later row of its aggregate.
+ * scan starts above it instead of walking a large held backlog on every pass. A held row becomes publishable only
+ * when the row holding it is re-queued, comes due or is sent, so the floor is ignored — the scan starts at the
+ * oldest pending row — whenever a retried or re-queued row is due (idx_outbox_retry_due answers that in O(log n))
+ * or `outbox_relay_epoch` counts a retried row sent since the floor was taken (`?5`; the trigger counts what any
+ * process marks, so a second relay cannot leave rows stranded below this one's floor). Such a row is then read by
+ * this very pass, before any later row of its aggregate.
  * The scan walks idx_outbox_status_seq; the hold check probes the partial index idx_outbox_retrying.
  */
 export const FETCH_PENDING_SQL = `SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.message_type, o.payload, o.headers, o.attempts, o.occurred_at
@@ -32,7 +34,7 @@ FROM outbox o
 WHERE o.status = 'pending' AND (o.attempts = 0 OR o.available_at <= ?1)
   AND o.seq > (CASE WHEN EXISTS (
       SELECT 1 FROM outbox r INDEXED BY idx_outbox_retry_due WHERE r.attempts > 0 AND r.status = 'pending' AND r.available_at <= ?1
-    ) THEN 0 ELSE ?4 END)
+    ) OR (SELECT e.retries_sent FROM outbox_relay_epoch e WHERE e.id = 1) IS NOT ?5 THEN 0 ELSE ?4 END)
   AND o.seq NOT IN (SELECT value FROM json_each(?3))
   AND NOT EXISTS (
     SELECT 1 FROM outbox h
@@ -42,25 +44,38 @@ WHERE o.status = 'pending' AND (o.attempts = 0 OR o.available_at <= ?1)
 ORDER BY o.seq
 LIMIT ?2`;
 
-/** The highest seq of the outbox, read in the same snapshot as the fetch (rows committed later are above it). */
-const HIGH_SEQ_SQL = 'SELECT coalesce(max(seq), 0) AS high FROM outbox';
+/**
+ * The highest seq of the outbox (rows committed later are above it) and the count of retried rows sent, read in the
+ * same snapshot as the fetch.
+ */
+const HIGH_SEQ_SQL = 'SELECT coalesce((SELECT max(seq) FROM outbox), 0) AS high, (SELECT retries_sent FROM outbox_relay_epoch WHERE id = 1) AS epoch';
 
-/** What the relay read in one snapshot: the publishable rows, and the highest seq the outbox had then. */
-export type Fetched = { rows: PendingRow[]; high: number };
+/** Where a floor stands: the seq below which rows were held, and the count of retried rows sent when it was taken. */
+export type Floor = { seq: number; epoch: number | null };
+
+/** What the relay read in one snapshot: the publishable rows, the highest seq and the retried-rows-sent count then. */
+export type Fetched = { rows: PendingRow[]; high: number; epoch: number | null };
 
 /**
  * Reads up to `limit` rows that may be published now, above `floor` unless a retry is due, leaving out `exclude`
  * (acknowledged rows still being marked), together with the outbox's highest seq in the same read transaction.
  */
-export async function fetchPending(db: Database, nowMs: number, limit: number, exclude: readonly number[] = [], floor = 0): Promise<Fetched> {
-  const [fetched, high] = await db.$client.batch(
+export async function fetchPending(
+  db: Database,
+  nowMs: number,
+  limit: number,
+  exclude: readonly number[] = [],
+  floor: Floor = { seq: 0, epoch: null },
+): Promise<Fetched> {
+  const [fetched, state] = await db.$client.batch(
     [
-      { sql: FETCH_PENDING_SQL, args: [nowMs, limit, JSON.stringify(exclude), floor] },
+      { sql: FETCH_PENDING_SQL, args: [nowMs, limit, JSON.stringify(exclude), floor.seq, floor.epoch] },
       { sql: HIGH_SEQ_SQL, args: [] },
     ],
     'read',
   );
-  return { rows: fetched!.rows as unknown as PendingRow[], high: Number(high!.rows[0]!.high) };
+  const row = state!.rows[0]!;
+  return { rows: fetched!.rows as unknown as PendingRow[], high: Number(row.high), epoch: row.epoch === null ? null : Number(row.epoch) };
 }
 
 export const aggregateKey = (type: string, id: string) => `${type}\u0000${id}`;

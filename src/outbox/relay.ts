@@ -9,7 +9,11 @@ import { isInfrastructureError } from '../db/infrastructure-error.ts';
 import { createBrokerState, type BrokerState } from '../worker/broker-state.ts';
 import { createOutageBackoff } from '../worker/outage-backoff.ts';
 import { createStopControl, type StopOptions } from '../worker/stop-control.ts';
+import type { Floor } from './relay-store.ts';
 import { relayPass, type RelayPassDeps } from './relay-pass.ts';
+
+/** No floor: the next pass reads from the oldest pending row. */
+const NO_FLOOR: Floor = { seq: 0, epoch: null };
 
 export type RelayDeps = RelayPassDeps & {
   log: Logger;
@@ -57,7 +61,7 @@ export function createRelay(deps: RelayDeps): Relay {
       /** The previous pass's mark-sent write, still running, and the rows it marks (left out of the next fetch). */
       let marking: { done: Promise<void>; seqs: number[] } | undefined;
       /** Every pending row at or below this seq was held behind an earlier row of its aggregate when last read. */
-      let floor = 0;
+      let floor: Floor = NO_FLOOR;
       /**
        * The database could not be used (locked past the busy timeout, I/O error, disk full, unreachable): rows
        * acknowledged but not marked are published again later and acknowledged as duplicates. Anything else is
@@ -122,7 +126,7 @@ export function createRelay(deps: RelayDeps): Relay {
           } catch (error) {
             const previous = marking;
             marking = undefined;
-            floor = 0;
+            floor = NO_FLOOR;
             await settle(previous?.done);
             await onDatabaseTrouble(error);
             continue;
@@ -134,11 +138,11 @@ export function createRelay(deps: RelayDeps): Relay {
           // Rows at or below the floor were held when read; only a retry that comes due (the fetch itself notices),
           // a retried row acknowledged here, rows left unpublished by a broker error, or a mark that did not commit
           // can free one, so those read from the oldest pending row again.
-          floor = previousMarked && !pass.ackedRetry && pass.brokerError === undefined ? pass.scannedTo : 0;
+          floor = previousMarked && !pass.ackedRetry && pass.brokerError === undefined ? pass.scannedTo : NO_FLOOR;
           if (previousMarked && full && pass.failed === 0 && pass.brokerError === undefined) {
             marking = { done: pass.marked, seqs: pass.ackedSeqs };
           } else if (!(await settle(pass.marked))) {
-            floor = 0;
+            floor = NO_FLOOR;
             continue;
           }
           databaseOutage.reset();
@@ -147,6 +151,10 @@ export function createRelay(deps: RelayDeps): Relay {
           summary.duplicates += pass.duplicates;
           summary.failed += pass.failed;
           summary.parked += pass.parked;
+          if (pass.parked > 0)
+            deps.log.warn('relay: rows parked as failed after their last attempt; list them with outbox:failed or GET /admin/outbox/failed', {
+              parked: pass.parked,
+            });
 
           if (pass.brokerError !== undefined) {
             streamReady = false;

@@ -23,14 +23,20 @@ export const outbox = sqliteTable(
     index('idx_outbox_status_seq').on(t.status, t.seq),
     // Rows that failed at least once and are not sent: tiny, and read each pass to hold back later rows of
     // their aggregate, so per-aggregate order survives retries and parked rows.
-    index('idx_outbox_retrying')
-      .on(t.aggregateType, t.aggregateId, t.seq)
-      .where(sql`${t.attempts} > 0 AND ${t.status} != 'sent'`),
+    index('idx_outbox_retrying').on(t.aggregateType, t.aggregateId, t.seq).where(sql`${t.attempts} > 0 AND ${t.status} != 'sent'`),
     // Retried and re-queued rows not yet sent, by when they are due: the relay asks "is any retry due?" in
     // O(log n) on every pass, to know when rows it skipped as held may have become publishable.
-    index('idx_outbox_retry_due')
-      .on(t.availableAt)
-      .where(sql`${t.attempts} > 0 AND ${t.status} = 'pending'`),
+    index('idx_outbox_retry_due').on(t.availableAt).where(sql`${t.attempts} > 0 AND ${t.status} = 'pending'`),
     check('outbox_status_check', sql`${t.status} IN ('pending','sent','failed')`),
   ],
 );
+
+/**
+ * One row counting retried or re-queued outbox rows that became `sent` (kept by the trigger outbox_retry_sent, so it
+ * counts what any process marks). A relay's floor (see relay-store.ts) is valid only while this count is unchanged:
+ * such a row may have held later rows of its aggregate.
+ */
+export const outboxRelayEpoch = sqliteTable('outbox_relay_epoch', {
+  id: integer('id').primaryKey(),
+  retriesSent: integer('retries_sent').notNull().default(0),
+});

@@ -42,7 +42,9 @@ describe('cli - outbox commands', () => {
     const w = workspace();
     expect((await w.cli(['outbox:stats'])).code).toBe(0); // creates and migrates the database
     const db = w.open(w.env.DATABASE_URL);
-    await db.execute(`INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, status, attempts, last_error, occurred_at, available_at) VALUES ${parked('f1', 'a')}, ${parked('f2', 'b')}`);
+    await db.execute(
+      `INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, status, attempts, last_error, occurred_at, available_at) VALUES ${parked('f1', 'a')}, ${parked('f2', 'b')}`,
+    );
 
     const stats = await w.cli(['outbox:stats']);
     expect(JSON.parse(stats.stdout)).toEqual({ pending: 0, failed: 2, sent: 0, oldestPendingAgeMs: 0 });
@@ -70,7 +72,9 @@ describe('cli - outbox commands', () => {
     await w.cli(['outbox:stats']);
     const db = w.open(w.env.DATABASE_URL);
     const values = Array.from({ length: 5 }, (_, i) => `('s${i}', 'order', 'a${i}', 'order.placed.v1', '{}', 'sent', 0, 0, 1000)`).join(', ');
-    await db.execute(`INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, status, occurred_at, available_at, sent_at) VALUES ${values}, ('p1', 'order', 'p', 'order.placed.v1', '{}', 'pending', 0, 0, NULL)`);
+    await db.execute(
+      `INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, status, occurred_at, available_at, sent_at) VALUES ${values}, ('p1', 'order', 'p', 'order.placed.v1', '{}', 'pending', 0, 0, NULL)`,
+    );
     const out = await w.cli(['outbox:compact', '--older-than', '7d', '--batch', '2']);
     expect(out.code).toBe(0);
     expect(out.stdout).toContain('batch 3: 5 sent row(s) deleted so far');
@@ -81,7 +85,14 @@ describe('cli - outbox commands', () => {
 
   it('bad arguments print the usage and exit 2 without touching the database', async () => {
     const w = workspace();
-    for (const args of [[], ['outbox:nope'], ['outbox:compact', '--older-than', '7x'], ['outbox:retry-failed'], ['outbox:failed', '--limit', '0'], ['inbox:replay', '--consumer', 'nobody', '--all']]) {
+    for (const args of [
+      [],
+      ['outbox:nope'],
+      ['outbox:compact', '--older-than', '7x'],
+      ['outbox:retry-failed'],
+      ['outbox:failed', '--limit', '0'],
+      ['inbox:replay', '--consumer', 'nobody', '--all'],
+    ]) {
       const res = await w.cli(args);
       expect(res.code, args.join(' ')).toBe(2);
       expect(res.stderr).toContain('usage: npm run cli');
@@ -96,8 +107,12 @@ describe('cli - inbox commands', () => {
     const w = workspace();
     expect((await w.cli(['inbox:dead-letters', '--consumer', 'reporting'])).stdout).toContain('no dead letters for reporting');
     const db = w.open(w.env.CONSUMER_DATABASE_URL_TEMPLATE.replace('{name}', 'reporting'));
-    await db.execute(`INSERT INTO dead_letters (event_id, consumer, subject, payload, error, deliveries, dead_at) VALUES ('e1', 'reporting', 'hono-outbox.order.x', 'not json', 'payload is not JSON', 1, 0)`);
-    await db.execute(`INSERT INTO inbox (event_id, consumer, message_type, received_at) VALUES ('old', 'reporting', 'order.placed.v1', 0), ('new', 'reporting', 'order.placed.v1', ${Date.now()})`);
+    await db.execute(
+      `INSERT INTO dead_letters (event_id, consumer, subject, payload, error, deliveries, dead_at) VALUES ('e1', 'reporting', 'hono-outbox.order.x', 'not json', 'payload is not JSON', 1, 0)`,
+    );
+    await db.execute(
+      `INSERT INTO inbox (event_id, consumer, message_type, received_at) VALUES ('old', 'reporting', 'order.placed.v1', 0), ('new', 'reporting', 'order.placed.v1', ${Date.now()})`,
+    );
 
     const list = await w.cli(['inbox:dead-letters', '--consumer', 'reporting']);
     expect(list.stdout).toContain('e1');
@@ -126,7 +141,9 @@ async function populated() {
   );
   const keys = Array.from({ length: 5 }, (_, i) => `('old-${i}', 'f', 201, '{}', NULL, ${1000 + i})`).concat(`('new', 'f', 201, '{}', NULL, ${now})`);
   await app.execute(`INSERT INTO idempotency_keys (key, fingerprint, status_code, response_body, location, created_at) VALUES ${keys.join(', ')}`);
-  await reporting.execute(`INSERT INTO inbox (event_id, consumer, message_type, received_at) VALUES ('old', 'reporting', 'order.placed.v1', 0), ('hour', 'reporting', 'order.placed.v1', ${now - 3_600_000}), ('new', 'reporting', 'order.placed.v1', ${now})`);
+  await reporting.execute(
+    `INSERT INTO inbox (event_id, consumer, message_type, received_at) VALUES ('old', 'reporting', 'order.placed.v1', 0), ('hour', 'reporting', 'order.placed.v1', ${now - 3_600_000}), ('new', 'reporting', 'order.placed.v1', ${now})`,
+  );
   const rows = async () => ({
     outbox: (await app.execute('SELECT id FROM outbox ORDER BY id')).rows.map((r) => String(r.id)),
     keys: (await app.execute('SELECT key FROM idempotency_keys ORDER BY key')).rows.map((r) => String(r.key)),

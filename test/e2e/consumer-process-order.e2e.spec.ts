@@ -24,7 +24,10 @@ describe('subscriber process - order across a crash', () => {
   it('a subscriber SIGKILLed while it holds events of an aggregate (its database write-locked): the next process applies them before the later event of that aggregate', async () => {
     const nats = await startNats();
     const tmp = createTempDir();
-    cleanups.push(() => tmp[Symbol.dispose](), () => nats[Symbol.asyncDispose]());
+    cleanups.push(
+      () => tmp[Symbol.dispose](),
+      () => nats[Symbol.asyncDispose](),
+    );
     const auditUrl = `file:${join(tmp.dir, 'audit.db')}`;
     const env = {
       DATABASE_URL: `file:${join(tmp.dir, 'app.db')}`,
@@ -50,7 +53,17 @@ describe('subscriber process - order across a crash', () => {
     const info = () => jsm.consumers.info(STREAM.name, 'hono-outbox-audit');
 
     const first = consumer();
-    await withOutput(first, eventually(async () => info().then(() => true, () => false), { timeoutMs: 30_000, what: 'the durable consumer' }));
+    await withOutput(
+      first,
+      eventually(
+        async () =>
+          info().then(
+            () => true,
+            () => false,
+          ),
+        { timeoutMs: 30_000, what: 'the durable consumer' },
+      ),
+    );
     const holder = await startWriteLockHolder(auditUrl);
     cleanups.push(() => holder[Symbol.asyncDispose]());
     await holder.lock();
@@ -69,7 +82,10 @@ describe('subscriber process - order across a crash', () => {
     const audit = createClient({ url: auditUrl });
     cleanups.push(() => audit.close());
     const applied = async () => (await audit.execute('SELECT event_id FROM audit_log ORDER BY n')).rows.map((r) => String(r.event_id));
-    await withOutput(second, eventually(async () => (await applied()).length === 4, { timeoutMs: 30_000, what: 'four events applied' }));
+    await withOutput(
+      second,
+      eventually(async () => (await applied()).length === 4, { timeoutMs: 30_000, what: 'four events applied' }),
+    );
     expect((await applied()).filter((id) => id !== b1.eventId)).toEqual([a1, a2!, a3!].map((e) => e.eventId));
     const inbox = (await audit.execute("SELECT count(*) FROM inbox WHERE consumer = 'audit'")).rows[0]![0];
     expect(Number(inbox)).toBe(4);

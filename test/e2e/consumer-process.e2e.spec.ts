@@ -6,7 +6,18 @@ import { createTempDir } from '../support/db.ts';
 import { eventually } from '../support/eventually.ts';
 import { postJson } from '../support/http.ts';
 import { natsClient, startNats } from '../support/nats.ts';
-import { FAULT_ENTRY, FIXTURE_ENTRY, freePort, overHttp, runtimeCommand, spawnChild, spawnService, waitForHttp, withOutput, type ChildHandle } from '../support/process.ts';
+import {
+  FAULT_ENTRY,
+  FIXTURE_ENTRY,
+  freePort,
+  overHttp,
+  runtimeCommand,
+  spawnChild,
+  spawnService,
+  waitForHttp,
+  withOutput,
+  type ChildHandle,
+} from '../support/process.ts';
 
 // The fixture service (test/support/fixture) as real processes: its API and relay, and its `balances` subscriber
 // alone, so this test keeps running when the example is deleted.
@@ -22,7 +33,10 @@ describe('subscriber process - crashes', () => {
   it('a subscriber SIGKILLed after commit and before ack, and again at random moments under load, ends with exact counts', async () => {
     const nats = await startNats();
     const tmp = createTempDir();
-    cleanups.push(() => tmp[Symbol.dispose](), () => nats[Symbol.asyncDispose]());
+    cleanups.push(
+      () => tmp[Symbol.dispose](),
+      () => nats[Symbol.asyncDispose](),
+    );
     const env = {
       DATABASE_URL: `file:${join(tmp.dir, 'app.db')}`,
       CONSUMER_DATABASE_URL_TEMPLATE: `file:${join(tmp.dir, '{name}.db')}`,
@@ -83,9 +97,11 @@ describe('subscriber process - crashes', () => {
     await waitForHttp(reportUrl, { child: last });
     const balances = createClient({ url: env.CONSUMER_DATABASE_URL_TEMPLATE.replace('{name}', 'balances') });
     cleanups.push(() => balances.close());
-    const counters = async () =>
-      (await balances.execute("SELECT accounts_opened, credited_cents FROM owner_balances WHERE owner = 'crash-owner'")).rows[0];
-    await withOutput(last, eventually(async () => Number((await counters())?.credited_cents ?? 0) >= credited, { timeoutMs: 30_000, what: 'every deposit in the balances' }));
+    const counters = async () => (await balances.execute("SELECT accounts_opened, credited_cents FROM owner_balances WHERE owner = 'crash-owner'")).rows[0];
+    await withOutput(
+      last,
+      eventually(async () => Number((await counters())?.credited_cents ?? 0) >= credited, { timeoutMs: 30_000, what: 'every deposit in the balances' }),
+    );
     await sleep(1500); // longer than ack_wait: any straggling redelivery has arrived
 
     const row = await counters();

@@ -62,10 +62,18 @@ function copiedColumnsMissingFrom(sql: string, oldColumns: Record<string, string
 
 /** What README tells a user to do with such a rebuild: drop those columns from both column lists of the copy. */
 function removeFromCopies(sql: string, columns: string[]): string {
-  return sql.replace(/(INSERT INTO `__new_\w+`\()([^)]*)(\) SELECT )(.*?)( FROM `\w+`)/g, (_all, head: string, into: string, mid: string, selected: string, tail: string) => {
-    const keep = (list: string) => list.split(',').map((c) => c.trim()).filter((c) => !columns.includes(c.replace(/^["`]|["`]$/g, ''))).join(', ');
-    return `${head}${keep(into)}${mid}${keep(selected)}${tail}`;
-  });
+  return sql.replace(
+    /(INSERT INTO `__new_\w+`\()([^)]*)(\) SELECT )(.*?)( FROM `\w+`)/g,
+    (_all, head: string, into: string, mid: string, selected: string, tail: string) => {
+      const keep = (list: string) =>
+        list
+          .split(',')
+          .map((c) => c.trim())
+          .filter((c) => !columns.includes(c.replace(/^["`]|["`]$/g, '')))
+          .join(', ');
+      return `${head}${keep(into)}${mid}${keep(selected)}${tail}`;
+    },
+  );
 }
 
 async function rows(client: Client, sql: string): Promise<unknown[][]> {
@@ -92,7 +100,10 @@ describe('generated migrations - a drizzle-kit table rebuild on a populated data
     const ids = Array.from({ length: 50 }, (_, i) => `p-${String(i).padStart(2, '0')}`);
     await client.batch(
       [
-        ...ids.map((id, i) => ({ sql: 'INSERT INTO products (id, name, status, price_cents) VALUES (?, ?, ?, ?)', args: [id, `product ${i}`, i % 3 ? 'listed' : 'draft', 100 * i] })),
+        ...ids.map((id, i) => ({
+          sql: 'INSERT INTO products (id, name, status, price_cents) VALUES (?, ?, ?, ?)',
+          args: [id, `product ${i}`, i % 3 ? 'listed' : 'draft', 100 * i],
+        })),
         ...ids.flatMap((id) => ['new', 'sale'].map((tag) => ({ sql: 'INSERT INTO product_tags (product_id, tag) VALUES (?, ?)', args: [id, tag] }))),
       ],
       'write',

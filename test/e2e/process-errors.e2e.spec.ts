@@ -49,7 +49,11 @@ describe('process - errors nobody handled', () => {
     expect(fatal[0]!.msg).toBe(what);
     expect(fatal[0]!.error).toContain(message);
     expect(fatal[0]!.stack).toMatch(/fault-entry\.ts/);
-    if (level === 'info') expect(lines.find((l) => l.msg === 'stopping'), api.output()).toMatchObject({ reason: what });
+    if (level === 'info')
+      expect(
+        lines.find((l) => l.msg === 'stopping'),
+        api.output(),
+      ).toMatchObject({ reason: what });
   });
 });
 

@@ -48,7 +48,9 @@ describe('production build - dist/ with production dependencies, started as the 
     const build = await runGroupToExit('npm', ['run', 'build'], {}, { timeoutMs: 120_000 });
     expect(build.code, build.output).toBe(0);
     // every module of src/ (all entries: node, relay, consume, cli, migrate, …) compiled, and nothing else
-    const sources = filesUnder(join(ROOT, 'src')).filter((f) => f.endsWith('.ts')).map((f) => f.replace(/\.ts$/, '.js'));
+    const sources = filesUnder(join(ROOT, 'src'))
+      .filter((f) => f.endsWith('.ts'))
+      .map((f) => f.replace(/\.ts$/, '.js'));
     const emitted = filesUnder(join(ROOT, 'dist')).filter((f) => f.endsWith('.js'));
     expect(sources).toContain(join('entry', 'node.js'));
     expect(emitted.sort()).toEqual(sources.sort());
@@ -67,7 +69,12 @@ describe('production build - dist/ with production dependencies, started as the 
     for (const part of ['dist', 'db', 'package.json', 'package-lock.json']) cpSync(join(ROOT, part), join(app.dir, part), { recursive: true });
 
     const stage = runtimeStage();
-    const install = await runGroupToExit('sh', ['-c', stage.install], { NODE_ENV: 'production', npm_config_prefer_offline: 'true' }, { cwd: app.dir, timeoutMs: 120_000 });
+    const install = await runGroupToExit(
+      'sh',
+      ['-c', stage.install],
+      { NODE_ENV: 'production', npm_config_prefer_offline: 'true' },
+      { cwd: app.dir, timeoutMs: 120_000 },
+    );
     expect(install.code, install.output).toBe(0);
     for (const dev of ['typescript', 'tsx', 'vitest', 'wrangler', 'drizzle-kit']) {
       expect(existsSync(join(app.dir, 'node_modules', dev)), `dev dependency ${dev} installed`).toBe(false);
@@ -113,7 +120,7 @@ describe('production build - dist/ with production dependencies, started as the 
     // the event in the stream carries the outbox row's id as Nats-Msg-Id
     const client = createClient({ url: `file:${dbPath}`, timeout: 5000 });
     cleanups.push(() => client.close());
-    const row = (await client.execute("SELECT id, status FROM outbox WHERE aggregate_id = ?", [orderId])).rows[0]!;
+    const row = (await client.execute('SELECT id, status FROM outbox WHERE aggregate_id = ?', [orderId])).rows[0]!;
     expect(row.status).toBe('sent');
     const nc = await natsClient(nats.url);
     cleanups.push(() => nc.close());
@@ -122,7 +129,10 @@ describe('production build - dist/ with production dependencies, started as the 
 
     // the default ROLES run the subscribers too: their migrations (db/subscribers/<name>) are found from dist/
     const report = async () => (await (await fetch(`${url}/reports/customers/${orderBody().customerId}`)).json()) as { ordersPlaced?: number };
-    await withOutput(service, eventually(async () => (await report()).ordersPlaced === 1, { timeoutMs: 20_000, what: 'the order in the report' }));
+    await withOutput(
+      service,
+      eventually(async () => (await report()).ordersPlaced === 1, { timeoutMs: 20_000, what: 'the order in the report' }),
+    );
 
     // the operational CLI runs from dist/ as well
     const stats = await runGroupToExit(process.execPath, ['dist/entry/cli.js', 'outbox:stats'], env, { cwd: app.dir, timeoutMs: 30_000 });

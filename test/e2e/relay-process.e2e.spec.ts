@@ -14,7 +14,18 @@ import { eventually } from '../support/eventually.ts';
 import { FIXTURE_MIGRATIONS, fixtureModules } from '../support/fixture/modules.ts';
 import { postJson } from '../support/http.ts';
 import { natsClient, startNats, type NatsServer } from '../support/nats.ts';
-import { FAULT_ENTRY, FIXTURE_ENTRY, freePort, overHttp, runtimeCommand, spawnChild, spawnService, waitForHttp, withOutput, type ChildHandle } from '../support/process.ts';
+import {
+  FAULT_ENTRY,
+  FIXTURE_ENTRY,
+  freePort,
+  overHttp,
+  runtimeCommand,
+  spawnChild,
+  spawnService,
+  waitForHttp,
+  withOutput,
+  type ChildHandle,
+} from '../support/process.ts';
 import { readStream } from '../support/stream.ts';
 
 // The relay of the fixture service (test/support/fixture: accounts opened, credited and closed) as a real process,
@@ -35,7 +46,15 @@ async function setup() {
     await nats[Symbol.asyncDispose]();
     tmp[Symbol.dispose]();
   });
-  const env = { DATABASE_URL: dbUrl, NATS_URL: nats.url, LOG_LEVEL: 'warn', RELAY_POLL_MS: '20', RELAY_BACKOFF_BASE_MS: '50', RELAY_MAX_BACKOFF_MS: '500', RELAY_PUBLISH_TIMEOUT_MS: '1000' };
+  const env = {
+    DATABASE_URL: dbUrl,
+    NATS_URL: nats.url,
+    LOG_LEVEL: 'warn',
+    RELAY_POLL_MS: '20',
+    RELAY_BACKOFF_BASE_MS: '50',
+    RELAY_MAX_BACKOFF_MS: '500',
+    RELAY_PUBLISH_TIMEOUT_MS: '1000',
+  };
   return { nats, tmp, dbUrl, client, env };
 }
 
@@ -138,7 +157,9 @@ describe('relay process - crashes and stops', () => {
     const relay = startRelay({ ...env, RELAY_MAX_BACKOFF_MS: '30000' });
     const exit = await relay.exited;
     expect(exit.code).toBe(1);
-    expect(relay.stderr()).toContain('Refusing to start: stream HONO_OUTBOX has a duplicate window of 60000 ms, shorter than 10 × the relay\'s maximum back-off (300000 ms)');
+    expect(relay.stderr()).toContain(
+      "Refusing to start: stream HONO_OUTBOX has a duplicate window of 60000 ms, shorter than 10 × the relay's maximum back-off (300000 ms)",
+    );
   });
 
   it('a commit in the API process wakes a relay process through the kick subject, long before its poll interval', async () => {
@@ -182,7 +203,10 @@ describe('relay process - edges', () => {
     const { nats, client, env, dbUrl } = await setup();
     await withBacklog(dbUrl, 10_000);
     const relay = startRelay({ ...env, RELAY_BATCH: '200', DATABASE_BUSY_TIMEOUT_MS: '200' });
-    await withOutput(relay, eventually(async () => (await count(client, "status = 'sent'")) > 0, { timeoutMs: 20_000, what: 'a first row sent' }));
+    await withOutput(
+      relay,
+      eventually(async () => (await count(client, "status = 'sent'")) > 0, { timeoutMs: 20_000, what: 'a first row sent' }),
+    );
 
     const locker = createClient({ url: dbUrl, timeout: 5000 });
     cleanups.push(() => locker.close());
@@ -193,7 +217,10 @@ describe('relay process - edges', () => {
     await lock.rollback();
     lock.close();
 
-    await withOutput(relay, eventually(async () => (await count(client, "status = 'sent'")) === 10_000, { timeoutMs: 60_000, what: 'the backlog drained' }));
+    await withOutput(
+      relay,
+      eventually(async () => (await count(client, "status = 'sent'")) === 10_000, { timeoutMs: 60_000, what: 'the backlog drained' }),
+    );
     expect(relay.proc.exitCode, relay.output()).toBeNull();
     const ids = await streamIds(nats);
     expect(ids).toHaveLength(10_000);
@@ -206,7 +233,10 @@ describe('relay process - edges', () => {
     const accounts = accountCommands(createDeps(createDatabase(client), silentLogger, registryOf(fixtureModules)));
     const relay = startRelay(env);
     await accounts.open();
-    await withOutput(relay, eventually(async () => (await count(client, "status = 'sent'")) === 1, { timeoutMs: 20_000, what: 'the first event sent' }));
+    await withOutput(
+      relay,
+      eventually(async () => (await count(client, "status = 'sent'")) === 1, { timeoutMs: 20_000, what: 'the first event sent' }),
+    );
 
     const nc = await natsClient(nats.url);
     try {
@@ -215,8 +245,11 @@ describe('relay process - edges', () => {
       await nc.close();
     }
     await accounts.open();
-    await withOutput(relay, eventually(async () => (await count(client, "status = 'sent'")) === 2, { timeoutMs: 20_000, what: 'the second event sent to a re-created stream' }));
-    const second = (await client.execute("SELECT id FROM outbox ORDER BY seq DESC LIMIT 1")).rows[0]![0];
+    await withOutput(
+      relay,
+      eventually(async () => (await count(client, "status = 'sent'")) === 2, { timeoutMs: 20_000, what: 'the second event sent to a re-created stream' }),
+    );
+    const second = (await client.execute('SELECT id FROM outbox ORDER BY seq DESC LIMIT 1')).rows[0]![0];
     expect(await streamIds(nats)).toEqual([second]);
     expect((await relay.stop('SIGTERM')).code).toBe(0);
   });

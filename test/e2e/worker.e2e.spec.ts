@@ -51,12 +51,16 @@ describe('worker - the Workers entry bundled by wrangler and run in workerd', ()
     const out = createTempDir('hono-outbox-bundle-');
     cleanups.push(() => out[Symbol.dispose]());
     const meta = join(out.dir, 'meta.json');
-    const res = await runGroupToExit(process.execPath, [WRANGLER, 'deploy', '--dry-run', '--outdir', out.dir, '--metafile', meta], OFFLINE, { timeoutMs: 60_000 });
+    const res = await runGroupToExit(process.execPath, [WRANGLER, 'deploy', '--dry-run', '--outdir', out.dir, '--metafile', meta], OFFLINE, {
+      timeoutMs: 60_000,
+    });
     expect(res.code, res.output).toBe(0);
     expect(existsSync(join(out.dir, 'worker.js'))).toBe(true);
 
     const inputs = (JSON.parse(readFileSync(meta, 'utf8')) as { inputs: Record<string, { imports: Array<{ path: string }> }> }).inputs;
-    const nodeImports = Object.entries(inputs).flatMap(([file, i]) => i.imports.filter((imp) => imp.path.startsWith('node:')).map((imp) => `${file} -> ${imp.path}`));
+    const nodeImports = Object.entries(inputs).flatMap(([file, i]) =>
+      i.imports.filter((imp) => imp.path.startsWith('node:')).map((imp) => `${file} -> ${imp.path}`),
+    );
     expect(nodeImports).toEqual([]);
     // the web client (hrana over fetch), not the native driver, is what the worker talks to the database with
     expect(Object.keys(inputs).some((f) => f.includes('@libsql/client/lib-esm/web.js'))).toBe(true);
@@ -106,7 +110,10 @@ describe('worker - the Workers entry bundled by wrangler and run in workerd', ()
     const nc = await natsClient(nats.url);
     cleanups.push(() => nc.close());
     const jsm = await jetstreamManager(nc);
-    const info = await withOutput(worker.child, eventually(() => jsm.streams.info('HONO_OUTBOX').catch(() => undefined), { timeoutMs: 20_000, what: 'the stream' }));
+    const info = await withOutput(
+      worker.child,
+      eventually(() => jsm.streams.info('HONO_OUTBOX').catch(() => undefined), { timeoutMs: 20_000, what: 'the stream' }),
+    );
     expect(info!.config.subjects).toEqual(['hono-outbox.>']);
     expect(millis(info!.config.duplicate_window)).toBe(10 * 60 * 1000);
     expect(info!.state.messages).toBe(0);

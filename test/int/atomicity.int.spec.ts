@@ -81,7 +81,7 @@ describe('atomicity - a failure inside the transaction', () => {
     expect(await tableCounts(t.client)).toEqual(EMPTY);
   });
 
-  it("a later event rejected by the registry leaves the aggregate at its earlier version with only its earlier event", async () => {
+  it('a later event rejected by the registry leaves the aggregate at its earlier version with only its earlier event', async () => {
     await using t = await createTestDb();
     const id = await accountCommands(t.deps).open();
     await expect(accountCommands({ ...t.deps, registry: registryRejecting('account.closed.v1') }).close(id)).rejects.toBeInstanceOf(InvalidEventError);

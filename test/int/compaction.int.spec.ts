@@ -62,7 +62,10 @@ describe('outbox - compaction', () => {
     ] as const) {
       const plan = (await t.client.execute({ sql: `EXPLAIN QUERY PLAN ${sql}`, args: [...args] })).rows.map((r) => String(r.detail));
       expect(plan.join('\n')).toMatch(/^SEARCH outbox USING (COVERING )?INDEX idx_outbox_status_seq \(status=\? AND seq>\?/m);
-      expect(plan.some((d) => /^SCAN /.test(d)), plan.join('\n')).toBe(false);
+      expect(
+        plan.some((d) => /^SCAN /.test(d)),
+        plan.join('\n'),
+      ).toBe(false);
     }
   });
 
@@ -104,7 +107,10 @@ describe('idempotency keys - retention', () => {
     });
     const details = plan.rows.map((r) => String(r.detail));
     expect(details.join('\n')).toMatch(/SEARCH idempotency_keys USING (COVERING )?INDEX idx_idempotency_keys_created_at \(created_at<\?\)/);
-    expect(details.some((d) => /^SCAN |TEMP B-TREE/.test(d)), details.join('\n')).toBe(false);
+    expect(
+      details.some((d) => /^SCAN |TEMP B-TREE/.test(d)),
+      details.join('\n'),
+    ).toBe(false);
   });
 
   it('the api role forgets keys older than IDEMPOTENCY_RETENTION on its own timer; a retry after that runs the command again', async () => {

@@ -18,7 +18,11 @@ import { useNats } from '../support/use-nats.ts';
 
 const nats = useNats();
 
-const consumerExists = (stream: string, name: string) => async () => (await jetstreamManager(nats().nc)).consumers.info(stream, name).then(() => true, () => false);
+const consumerExists = (stream: string, name: string) => async () =>
+  (await jetstreamManager(nats().nc)).consumers.info(stream, name).then(
+    () => true,
+    () => false,
+  );
 
 describe('consumers - end to end', () => {
   it('applies every command sent over HTTP exactly once in both subscribers, even when they start before the stream exists', async () => {
@@ -65,10 +69,17 @@ describe('consumers - end to end', () => {
         creditedCents: mine.reduce((sum, o) => sum + o.cents, 0),
       });
     }
-    expect(await (await t.app.request(`/accounts/${opened[3]!.accountId}`)).json()).toMatchObject({ balanceCents: opened[3]!.cents, status: 'open', version: 2 });
+    expect(await (await t.app.request(`/accounts/${opened[3]!.accountId}`)).json()).toMatchObject({
+      balanceCents: opened[3]!.cents,
+      status: 'open',
+      version: 2,
+    });
     expect(await countRows(auditDb.client, 'audit_log')).toBe(events);
     for (const o of opened) expect(await countRows(auditDb.client, 'audit_log', 'account_id = ?', [o.accountId])).toBe(closed.includes(o) ? 3 : 2);
-    const versions = await auditDb.client.execute({ sql: 'SELECT aggregate_version FROM audit_log WHERE account_id = ? ORDER BY n', args: [opened[0]!.accountId] });
+    const versions = await auditDb.client.execute({
+      sql: 'SELECT aggregate_version FROM audit_log WHERE account_id = ? ORDER BY n',
+      args: [opened[0]!.accountId],
+    });
     expect(versions.rows.map((r) => Number(r[0]))).toEqual([1, 2, 3]);
   });
 });
@@ -142,7 +153,9 @@ describe('consumers - durable consumer and registry', () => {
   it('refuses a composition with a name listed twice, a subscriber of an unregistered type or a subscriber name that is no token; accepts an empty one', () => {
     const events = defineEvents({ ...fixtureEvents });
     expect(() => defineModules({ events, contexts: [], subscribers: [balances, balances] })).toThrow('subscriber balances is listed twice');
-    expect(() => defineModules({ events: defineEvents({}), contexts: [], subscribers: [audit] })).toThrow('audit handles account.opened.v1, which is not in the event catalog');
+    expect(() => defineModules({ events: defineEvents({}), contexts: [], subscribers: [audit] })).toThrow(
+      'audit handles account.opened.v1, which is not in the event catalog',
+    );
     expect(() => defineModules({ events, contexts: [], subscribers: [testSubscriber('a.b', async () => undefined)] })).toThrow(/must be letters, digits/);
     const empty = defineModules({ events: defineEvents({}), contexts: [], subscribers: [] });
     expect(empty.subscribers).toEqual([]);
@@ -177,4 +190,19 @@ describe('consumers - a stream or consumer that disappeared', () => {
       expect(runner.state()).toBe('connected');
     });
   }
+});
+
+describe('consumers - a broker too old for the composition', () => {
+  it('refuses to start, by type and naming the cause, a subscriber whose events span two aggregate types on a broker without multi-filter consumers', async () => {
+    // nats-server 2.9 (the one these tests start) has no filter_subjects: the consumer can never be created
+    const { z } = await import('zod');
+    const { createEventRegistry } = await import('../../src/events/registry.ts');
+    const { UnsafeConsumerConfigError } = await import('../../src/nats/ensure-consumer.ts');
+    const events = defineEvents({ 'a.done.v1': { aggregate: 'a', data: z.object({}) }, 'b.done.v1': { aggregate: 'b', data: z.object({}) } });
+    const both = defineSubscriber<typeof events>()({ name: 'both', on: { 'a.done.v1': async () => {}, 'b.done.v1': async () => {} } });
+    await using sdb = await createSubscriberDb();
+    const run = testRunner(sdb, nats().url, both, ownStream('OLD'), { registry: createEventRegistry(events) }).run({ timeLimitMs: 15_000 });
+    await expect(run).rejects.toBeInstanceOf(UnsafeConsumerConfigError);
+    await expect(run).rejects.toThrow(/nats-server 2\.10/);
+  });
 });

@@ -28,10 +28,19 @@ async function seed(t: TestDb, rows: number, sentShare: number): Promise<void> {
 /** The outer scan walks idx_outbox_status_seq (so rows come in seq order without sorting) and nothing is a full scan. */
 function expectUsesStatusSeqIndex(plan: string[]): void {
   const shown = plan.join('\n');
-  expect(plan.some((d) => /^SEARCH \w+ USING (COVERING )?INDEX idx_outbox_status_seq\b/.test(d)), shown).toBe(true);
-  expect(plan.some((d) => /USE TEMP B-TREE/.test(d)), shown).toBe(false);
+  expect(
+    plan.some((d) => /^SEARCH \w+ USING (COVERING )?INDEX idx_outbox_status_seq\b/.test(d)),
+    shown,
+  ).toBe(true);
+  expect(
+    plan.some((d) => /USE TEMP B-TREE/.test(d)),
+    shown,
+  ).toBe(false);
   // the list of rows still being marked is a json_each table of at most one batch, not a scan of a table
-  expect(plan.some((d) => /^SCAN (?!json_each VIRTUAL TABLE)/.test(d)), shown).toBe(false);
+  expect(
+    plan.some((d) => /^SCAN (?!json_each VIRTUAL TABLE)/.test(d)),
+    shown,
+  ).toBe(false);
 }
 
 describe.each(QUERIES)('outbox - query plan of %s', (_label, query) => {
@@ -69,7 +78,10 @@ describe("outbox - the relay's hold-back probe", () => {
     await using t = await createTestDb();
     await seed(t, 100, 0.5);
     const plan = await planOf(t.client, FETCH_PENDING_SQL);
-    expect(plan.some((d) => /^SEARCH \w+ USING (COVERING )?INDEX idx_outbox_retrying\b/.test(d)), plan.join('\n')).toBe(true);
+    expect(
+      plan.some((d) => /^SEARCH \w+ USING (COVERING )?INDEX idx_outbox_retrying\b/.test(d)),
+      plan.join('\n'),
+    ).toBe(true);
   });
 });
 
@@ -79,8 +91,14 @@ describe("outbox - the relay's floor over a held backlog", () => {
     await seed(t, 100, 0.5);
     const plan = await planOf(t.client, FETCH_PENDING_SQL);
     const shown = plan.join('\n');
-    expect(plan.some((d) => /^SEARCH o USING INDEX idx_outbox_status_seq \(status=\? AND seq>\?\)/.test(d)), shown).toBe(true);
-    expect(plan.some((d) => /^SEARCH r USING INDEX idx_outbox_retry_due \(available_at<\?\)/.test(d)), shown).toBe(true);
+    expect(
+      plan.some((d) => /^SEARCH o USING INDEX idx_outbox_status_seq \(status=\? AND seq>\?\)/.test(d)),
+      shown,
+    ).toBe(true);
+    expect(
+      plan.some((d) => /^SEARCH r USING INDEX idx_outbox_retry_due \(available_at<\?\)/.test(d)),
+      shown,
+    ).toBe(true);
   });
 
   it('refuses to run without idx_outbox_retry_due rather than scan the outbox for due retries', async () => {

@@ -190,7 +190,9 @@ describe('http - fuzz', () => {
     for (let i = 0; i < 300; i++) {
       const path = rnd.pick(['/accounts', `/accounts/${known}/deposit`, `/accounts/${known}/close`, '/accounts/missing/deposit', '/accounts/a%20b/close']);
       const headers: Record<string, string> = {};
-      const type = rnd.chance(0.85) ? rnd.pick(['application/json', 'application/json; charset=utf-8', 'APPLICATION/JSON']) : rnd.pick(['text/plain', 'application/jsonx', '']);
+      const type = rnd.chance(0.85)
+        ? rnd.pick(['application/json', 'application/json; charset=utf-8', 'APPLICATION/JSON'])
+        : rnd.pick(['text/plain', 'application/jsonx', '']);
       if (type) headers['content-type'] = type;
       if (rnd.chance(0.2)) headers['idempotency-key'] = `k-${rnd.int(0, 4)}`;
       const sent = body();

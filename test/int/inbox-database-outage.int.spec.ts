@@ -19,7 +19,11 @@ const nats = useNats();
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const consumerInfo = async (stream: string, name: string) => (await jetstreamManager(nats().nc)).consumers.info(stream, name);
-const hasConsumer = (stream: string, name: string) => async () => consumerInfo(stream, name).then(() => true, () => false);
+const hasConsumer = (stream: string, name: string) => async () =>
+  consumerInfo(stream, name).then(
+    () => true,
+    () => false,
+  );
 
 // Small settings, so the lock outlasts the whole delivery budget: max_deliver 3 × (ack_wait 1 s + retry delay ≤ 0.2 s).
 const settings = { ackWaitMs: 1000, maxDeliver: 3 };

@@ -18,7 +18,13 @@ import { balances, readOwnerBalance } from '../support/fixture/subscribers/balan
 
 function asMessage(event: IntegrationEvent, deliveryCount = 1): InboxMessage {
   // the relay's subject: one per aggregate
-  return { subject: `events.account.${event.aggregateId}`, headers: { 'Nats-Msg-Id': event.eventId }, payload: JSON.stringify(event), deliveryCount, fallbackId: event.eventId };
+  return {
+    subject: `events.account.${event.aggregateId}`,
+    headers: { 'Nats-Msg-Id': event.eventId },
+    payload: JSON.stringify(event),
+    deliveryCount,
+    fallbackId: event.eventId,
+  };
 }
 
 async function setup(subscriber: Subscriber = balances, maxDeliver = 3) {
@@ -121,7 +127,10 @@ describe('handleBatch - order and infrastructure failures', () => {
     });
     using s = await setup(failing, 3);
 
-    const results = await handleBatch(s.deps, [a1, b1, a2, a3].map((e) => asMessage(e)));
+    const results = await handleBatch(
+      s.deps,
+      [a1, b1, a2, a3].map((e) => asMessage(e)),
+    );
 
     expect(results.map((r) => r.outcome)).toEqual(['retry', 'processed', 'deferred', 'deferred']);
     const inbox = await s.sdb.client.execute('SELECT event_id FROM inbox');
@@ -137,7 +146,9 @@ describe('handleBatch - order and infrastructure failures', () => {
       // the database may not grow any more: the next page it needs is a full disk (SQLITE_FULL)
       const [row] = await tx.all<{ pages: number }>(sql`SELECT page_count AS pages FROM pragma_page_count()`);
       await tx.run(sql.raw(`PRAGMA max_page_count = ${row!.pages}`));
-      await tx.run(sql`INSERT INTO dead_letters (event_id, consumer, subject, payload, error, deliveries, dead_at) VALUES ('filler', 'x', 's', zeroblob(200000), 'e', 1, 0)`);
+      await tx.run(
+        sql`INSERT INTO dead_letters (event_id, consumer, subject, payload, error, deliveries, dead_at) VALUES ('filler', 'x', 's', zeroblob(200000), 'e', 1, 0)`,
+      );
     });
     // max_deliver 1: had the full disk counted as a handler failure, the event would be dead-lettered at once
     using s = await setup(filling, 1);

@@ -20,7 +20,11 @@ describe('inbox - broker outages', () => {
     await using sdb = await createSubscriberDb({ subscriber: 'balances' });
     let nc = await natsClient(nats().url);
     await createStream(nc, stream);
-    await publishEvents(nc, stream, Array.from({ length: 150 }, () => creditedEvent({ owner: 'restart-owner', amountCents: 10 })));
+    await publishEvents(
+      nc,
+      stream,
+      Array.from({ length: 150 }, () => creditedEvent({ owner: 'restart-owner', amountCents: 10 })),
+    );
     await nc.close();
 
     let seen = 0;
@@ -43,10 +47,17 @@ describe('inbox - broker outages', () => {
     await eventually(async () => restarted !== undefined, { what: 'the restart', timeoutMs: 30_000 });
     await restarted;
     nc = await natsClient(nats().url);
-    await publishEvents(nc, stream, Array.from({ length: 50 }, () => creditedEvent({ owner: 'restart-owner', amountCents: 10 })));
+    await publishEvents(
+      nc,
+      stream,
+      Array.from({ length: 50 }, () => creditedEvent({ owner: 'restart-owner', amountCents: 10 })),
+    );
     await nc.close();
 
-    await eventually(async () => (await readOwnerBalance(sdb.db, 'restart-owner')).creditedCents >= 2000, { what: 'all 200 events applied', timeoutMs: 40_000 });
+    await eventually(async () => (await readOwnerBalance(sdb.db, 'restart-owner')).creditedCents >= 2000, {
+      what: 'all 200 events applied',
+      timeoutMs: 40_000,
+    });
     stop.abort();
     const summary = await running;
 
@@ -89,7 +100,10 @@ describe('inbox - broker outages', () => {
     const consumerExists = async () => {
       const nc = await natsClient(nats().url);
       try {
-        return await (await jetstreamManager(nc)).consumers.info(stream.name, 'balances').then(() => true, () => false);
+        return await (await jetstreamManager(nc)).consumers.info(stream.name, 'balances').then(
+          () => true,
+          () => false,
+        );
       } finally {
         await nc.close();
       }

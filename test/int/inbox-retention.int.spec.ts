@@ -1,6 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { insertInboxRow } from '../../src/inbox/inbox-store.ts';
-import { assertSafeRetention, compactInbox, compactInboxPeriodically, DEFAULT_INBOX_RETENTION_MS, minimumRetentionMs, UnsafeRetentionError } from '../../src/inbox/retention.ts';
+import {
+  assertSafeRetention,
+  compactInbox,
+  compactInboxPeriodically,
+  DEFAULT_INBOX_RETENTION_MS,
+  minimumRetentionMs,
+  UnsafeRetentionError,
+} from '../../src/inbox/retention.ts';
 import { silentLogger } from '../../src/logger.ts';
 import { createSubscriberDb, type SubscriberDb } from '../support/consumer.ts';
 import { countRows } from '../support/db.ts';
@@ -37,9 +44,15 @@ describe('inbox - retention', () => {
   });
 
   it('the consumers role compacts the inbox on its own, on every tick, until stopped', async () => {
-    await using sdb = await inboxWith([{ id: 'old', ageDays: 40 }, { id: 'new', ageDays: 1 }]);
+    await using sdb = await inboxWith([
+      { id: 'old', ageDays: 40 },
+      { id: 'new', ageDays: 1 },
+    ]);
     const stop = new AbortController();
-    const running = compactInboxPeriodically({ writer: sdb.writer, clock: () => new Date(NOW), log: silentLogger, name: 'audit' }, 30 * DAY, stop.signal, { firstAfterMs: 20, everyMs: 20 });
+    const running = compactInboxPeriodically({ writer: sdb.writer, clock: () => new Date(NOW), log: silentLogger, name: 'audit' }, 30 * DAY, stop.signal, {
+      firstAfterMs: 20,
+      everyMs: 20,
+    });
     await eventually(async () => (await countRows(sdb.client, 'inbox')) === 1, { timeoutMs: 5000, everyMs: 10, what: 'the old row compacted' });
     stop.abort();
     await running;

@@ -56,7 +56,11 @@ describe('inbox - duplicates', () => {
 
   it('recognises the redelivery of a message committed but never acknowledged (crash before ack) as a duplicate', async () => {
     const stream = await freshStream(nats().nc, 'IN');
-    await publishEvents(nats().nc, stream, Array.from({ length: 5 }, () => creditedEvent({ owner: 'crash-owner', amountCents: 100 })));
+    await publishEvents(
+      nats().nc,
+      stream,
+      Array.from({ length: 5 }, () => creditedEvent({ owner: 'crash-owner', amountCents: 100 })),
+    );
     await using sdb = await createSubscriberDb({ subscriber: 'balances' });
 
     const crashing = testRunner(sdb, nats().url, balances, stream, {
@@ -192,7 +196,11 @@ describe('inbox - failures', () => {
 describe('inbox - stopping', () => {
   it('a stop acknowledges every message whose transaction committed: the next run never sees them again and misses nothing', async () => {
     const stream = await freshStream(nats().nc, 'IN');
-    await publishEvents(nats().nc, stream, Array.from({ length: 60 }, () => creditedEvent({ owner: 'stop-owner', amountCents: 1 })));
+    await publishEvents(
+      nats().nc,
+      stream,
+      Array.from({ length: 60 }, () => creditedEvent({ owner: 'stop-owner', amountCents: 1 })),
+    );
     await using sdb = await createSubscriberDb({ subscriber: 'balances' });
     // ack_wait long enough that no acknowledgement of the first run can arrive late, short enough for messages
     // the broker had already sent when the first run closed its subscription.

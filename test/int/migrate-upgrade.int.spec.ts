@@ -51,7 +51,7 @@ function migrationsFolder(extra: ReadonlyArray<readonly [name: string, sql: stri
 /** A table referencing `accounts` (the fixture has none of its own): what makes a rebuild of `accounts` delicate. */
 const HOLDERS: [name: string, sql: string] = [
   'account_holders',
-  "CREATE TABLE `account_holders` (\n\t`account_id` text NOT NULL,\n\t`name` text NOT NULL,\n\tPRIMARY KEY(`account_id`, `name`),\n\tFOREIGN KEY (`account_id`) REFERENCES `accounts`(`id`) ON UPDATE no action ON DELETE no action\n);",
+  'CREATE TABLE `account_holders` (\n\t`account_id` text NOT NULL,\n\t`name` text NOT NULL,\n\tPRIMARY KEY(`account_id`, `name`),\n\tFOREIGN KEY (`account_id`) REFERENCES `accounts`(`id`) ON UPDATE no action ON DELETE no action\n);',
 ];
 
 /** drizzle-kit's SQLite rebuild of `accounts` (adding a column), as `drizzle-kit generate` writes it; `where` filters the copy. */

@@ -64,8 +64,14 @@ describe('outbox - what /outbox/stats and a /metrics scrape cost on a large tabl
     for (const { sql, args } of seen) {
       const plan = (await t.client.execute({ sql: `EXPLAIN QUERY PLAN ${sql}`, args })).rows.map((r) => String(r.detail));
       const shown = `${sql}\n${plan.join('\n')}`;
-      expect(plan.some((d) => /^SCAN outbox\b/.test(d)), shown).toBe(false);
-      expect(plan.filter((d) => /\boutbox\b/.test(d)).every((d) => /^SEARCH outbox USING (COVERING )?INDEX /.test(d)), shown).toBe(true);
+      expect(
+        plan.some((d) => /^SCAN outbox\b/.test(d)),
+        shown,
+      ).toBe(false);
+      expect(
+        plan.filter((d) => /\boutbox\b/.test(d)).every((d) => /^SEARCH outbox USING (COVERING )?INDEX /.test(d)),
+        shown,
+      ).toBe(true);
       // an index range over the sent rows is still O(table): counting them is what this guards against
       expect(/'sent'/.test(sql) || args.includes('sent'), shown).toBe(false);
     }

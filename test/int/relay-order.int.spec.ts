@@ -14,7 +14,13 @@ const nats = useNats();
 
 async function rowsInSeqOrder(t: TestDb) {
   const res = await t.client.execute('SELECT seq, id, aggregate_id, status, attempts FROM outbox ORDER BY seq');
-  return res.rows.map((r) => ({ seq: Number(r.seq), id: String(r.id), aggregateId: String(r.aggregate_id), status: String(r.status), attempts: Number(r.attempts) }));
+  return res.rows.map((r) => ({
+    seq: Number(r.seq),
+    id: String(r.id),
+    aggregateId: String(r.aggregate_id),
+    status: String(r.status),
+    attempts: Number(r.attempts),
+  }));
 }
 
 /** Closes the account: its second event. */
@@ -52,14 +58,20 @@ describe('relay - per-aggregate order under a backlog', () => {
     // An operator created the stream with a small maximum message size: an ~11 KB event is a genuine poison row.
     await createStream(nats().nc, { ...stream, maxMsgSize: 4096 });
     const big = await accounts.open('big');
-    await t.client.execute({ sql: `UPDATE outbox SET payload = json_set(payload, '$.data.accountId', ?) WHERE aggregate_id = ?`, args: [big + 'x'.repeat(11_000), big] });
+    await t.client.execute({
+      sql: `UPDATE outbox SET payload = json_set(payload, '$.data.accountId', ?) WHERE aggregate_id = ?`,
+      args: [big + 'x'.repeat(11_000), big],
+    });
     await accounts.openMany(1500);
     await close(t, big);
     await accounts.openMany(1500);
 
     const deps = relayDeps(t, nats().url, { stream, settings: { batch: 100, backoffBaseMs: 5, maxBackoffMs: 40, maxAttempts: 4 } });
     await createRelay(deps).run({ untilIdle: true, timeLimitMs: 60_000 });
-    await eventually(async () => (await rowsInSeqOrder(t)).filter((r) => r.status === 'pending').length === 1, { timeoutMs: 30_000, what: 'one row left pending' });
+    await eventually(async () => (await rowsInSeqOrder(t)).filter((r) => r.status === 'pending').length === 1, {
+      timeoutMs: 30_000,
+      what: 'one row left pending',
+    });
 
     const rows = await rowsInSeqOrder(t);
     expect(rows.filter((r) => r.aggregateId === big).map((r) => r.status)).toEqual(['failed', 'pending']);
@@ -125,7 +137,10 @@ describe('relay - per-aggregate order under a backlog', () => {
     const settings = { batch: 50, backoffBaseMs: 5, maxBackoffMs: 10, maxAttempts: 2 };
     const parking = new AbortController();
     const parkingRun = createRelay(relayDeps(t, nats().url, { stream, settings, faults })).run({ signal: parking.signal, timeLimitMs: 20_000 });
-    await eventually(async () => (await rowsInSeqOrder(t)).find((r) => r.id === openedRow!.id)?.status === 'failed', { timeoutMs: 10_000, what: 'the row parked' });
+    await eventually(async () => (await rowsInSeqOrder(t)).find((r) => r.id === openedRow!.id)?.status === 'failed', {
+      timeoutMs: 10_000,
+      what: 'the row parked',
+    });
     parking.abort();
     await parkingRun;
 
@@ -136,7 +151,11 @@ describe('relay - per-aggregate order under a backlog', () => {
     const stop = new AbortController();
     const running = createRelay(relayDeps(t, nats().url, { stream, settings, faults })).run({ signal: stop.signal, timeLimitMs: 60_000 });
     // the backlog is being drained in full batches when the operator fixes the cause and re-queues the row
-    await eventually(async () => (await rowsInSeqOrder(t)).filter((r) => r.status === 'sent').length >= 100, { timeoutMs: 20_000, everyMs: 5, what: 'the backlog draining' });
+    await eventually(async () => (await rowsInSeqOrder(t)).filter((r) => r.status === 'sent').length >= 100, {
+      timeoutMs: 20_000,
+      everyMs: 5,
+      what: 'the backlog draining',
+    });
     rejecting = false;
     expect(await t.deps.writer.write((tx) => requeueFailed(tx, openedRow!.id, Date.now()))).toBe(1);
     await eventually(async () => (await rowsInSeqOrder(t)).every((r) => r.status === 'sent'), { timeoutMs: 30_000, what: 'every row sent' });
@@ -145,6 +164,46 @@ describe('relay - per-aggregate order under a backlog', () => {
 
     const msgs = await readStream(nats().nc, stream);
     expect(msgs.filter((m) => m.headers['Aggregate-Id'] === victim).map((m) => m.headers['Event-Type'])).toEqual(['account.opened.v1', 'account.closed.v1']);
+    await expectPerAggregatePrefix(t, msgs);
+  });
+
+  it('a relay whose floor passed a held row reads it again once another relay publishes the row that held it, and publishes nothing of that aggregate out of order', async () => {
+    await using t = await createTestDb();
+    const stream = ownStream('ORDER');
+    const accounts = accountCommands(t.deps);
+    const victim = await accounts.open('victim');
+    expectResponse(await accounts.deposit(victim, 100)); // held behind the opened event once it is parked
+    const [openedRow] = (await rowsInSeqOrder(t)).filter((r) => r.aggregateId === victim);
+    let rejecting = true;
+    const faults = { beforePublish: (row: PendingRow) => (rejecting && row.id === openedRow!.id ? new Error('rejected until fixed') : undefined) };
+    const settings = { batch: 50, backoffBaseMs: 5, maxBackoffMs: 10, maxAttempts: 1 };
+
+    // relay X parks the opened event, reads past the held deposit (its floor moves above it), then sleeps
+    const x = relayDeps(t, nats().url, { stream, settings, faults, pollMs: 60_000 });
+    const stopX = new AbortController();
+    const runningX = createRelay(x).run({ signal: stopX.signal, timeLimitMs: 60_000 });
+    await eventually(async () => (await rowsInSeqOrder(t)).find((r) => r.id === openedRow!.id)?.status === 'failed', { what: 'the opened event parked' });
+    x.wake.notify(); // one more pass: nothing publishable, the floor now stands above the held deposit
+    await new Promise((r) => setTimeout(r, 200));
+
+    // an operator fixes the cause and re-queues; relay Y (another process, a bounded run) publishes the row and exits
+    rejecting = false;
+    expect(await t.deps.writer.write((tx) => requeueFailed(tx, openedRow!.id))).toBe(1);
+    const y = await createRelay(relayDeps(t, nats().url, { stream, settings: { ...settings, batch: 1 } })).run({ maxMessages: 1, timeLimitMs: 20_000 });
+    expect(y.published).toBe(1);
+
+    // a new event of the aggregate wakes X: it must publish the held deposit first
+    expectResponse(await accounts.close(victim));
+    x.wake.notify();
+    await eventually(async () => (await rowsInSeqOrder(t)).every((r) => r.status === 'sent'), { timeoutMs: 20_000, what: 'every row sent' });
+    stopX.abort();
+    await runningX;
+    const msgs = await readStream(nats().nc, stream);
+    expect(msgs.filter((m) => m.headers['Aggregate-Id'] === victim).map((m) => m.headers['Event-Type'])).toEqual([
+      'account.opened.v1',
+      'account.credited.v1',
+      'account.closed.v1',
+    ]);
     await expectPerAggregatePrefix(t, msgs);
   });
 

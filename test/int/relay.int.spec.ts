@@ -130,17 +130,30 @@ describe('relay - publishing', () => {
     await t.client.execute({
       sql: `INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, status, occurred_at, available_at)
             VALUES ('poison-1', 'account', 'p1', 'account.frozen.v1', ?, 'pending', 0, 0)`,
-      args: [JSON.stringify({ eventId: 'poison-1', type: 'account.frozen.v1', aggregateType: 'account', aggregateId: 'p1', aggregateVersion: 1, occurredAt: '2026-01-01T00:00:00.000Z', data: {} })],
+      args: [
+        JSON.stringify({
+          eventId: 'poison-1',
+          type: 'account.frozen.v1',
+          aggregateType: 'account',
+          aggregateId: 'p1',
+          aggregateVersion: 1,
+          occurredAt: '2026-01-01T00:00:00.000Z',
+          data: {},
+        }),
+      ],
     });
     const deps = relayDeps(t, nats().url, { stream, settings: { backoffBaseMs: 10, maxBackoffMs: 20 } });
     const stop = new AbortController();
     const running = createRelay(deps).run({ signal: stop.signal, timeLimitMs: 20_000 });
     const good = await accountCommands(t.deps).openMany(3);
     deps.wake.notify();
-    await eventually(async () => {
-      const rows = await outboxRows(t);
-      return rows.find((r) => r.id === 'poison-1')?.status === 'failed' && rows.filter((r) => r.status === 'sent').length === 3;
-    }, { what: 'the poison row parked and the others sent' });
+    await eventually(
+      async () => {
+        const rows = await outboxRows(t);
+        return rows.find((r) => r.id === 'poison-1')?.status === 'failed' && rows.filter((r) => r.status === 'sent').length === 3;
+      },
+      { what: 'the poison row parked and the others sent' },
+    );
     const rows = await outboxRows(t);
     const poison = rows.find((r) => r.id === 'poison-1')!;
     expect(poison).toMatchObject({ status: 'failed', attempts: 5 });

@@ -64,7 +64,8 @@ describe('text safety - event schemas built on safeText refuse it, so no subscri
 
 describe('text safety - appendToOutbox refuses text the outbox would not store as published', () => {
   // A registry whose schema lets any string through: the outbox's own check is what stands in the way.
-  const lax = () => createEventRegistry(defineEvents({ ...fixtureEvents, 'note.added.v1': { aggregate: 'note', data: z.object({ note: z.record(z.string(), z.string()) }) } }));
+  const lax = () =>
+    createEventRegistry(defineEvents({ ...fixtureEvents, 'note.added.v1': { aggregate: 'note', data: z.object({ note: z.record(z.string(), z.string()) }) } }));
   const note = (data: Record<string, string>, over: Partial<IntegrationEvent> = {}): IntegrationEvent => ({
     eventId: crypto.randomUUID(),
     type: 'note.added.v1',

@@ -59,7 +59,10 @@ describe.each(['bun', 'deno'] as const)('runtime parity %s - relay and subscribe
     const client = createClient({ url: dbUrl, timeout: 5000 });
     cleanups.push(() => client.close());
     const row = async () => (await client.execute({ sql: 'SELECT id, status FROM outbox WHERE aggregate_id = ?', args: [orderId] })).rows[0];
-    await withOutput(service, eventually(async () => (await row())?.status === 'sent', { timeoutMs: 20_000, what: 'the row sent' }));
+    await withOutput(
+      service,
+      eventually(async () => (await row())?.status === 'sent', { timeoutMs: 20_000, what: 'the row sent' }),
+    );
     const eventId = String((await row())!.id);
 
     const nc = await natsClient(nats.url);
@@ -90,7 +93,10 @@ describe.each(['bun', 'deno'] as const)('runtime parity %s - relay and subscribe
 
     const expected = { customerId, ordersPlaced: 2, ordersCancelled: 1, totalCents: 2 * 1250 + 499 };
     const report = async () => (await (await fetch(`${url}/reports/customers/${customerId}`)).json()) as Record<string, unknown>;
-    await withOutput(service, eventually(async () => JSON.stringify(await report()) === JSON.stringify(expected), { timeoutMs: 20_000, what: 'the report' }));
+    await withOutput(
+      service,
+      eventually(async () => JSON.stringify(await report()) === JSON.stringify(expected), { timeoutMs: 20_000, what: 'the report' }),
+    );
     expect(await report()).toEqual(expected);
 
     const exit = await service.stop('SIGTERM');

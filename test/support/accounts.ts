@@ -31,7 +31,10 @@ export function accountCommands(deps: CommandDeps) {
   return {
     open: async (owner = 'ann') => AccountBody.parse(expectResponse(await run(openAccount, { owner })).body).accountId,
     /** Opens `n` accounts at once (owners `owner-<i % 50>`), sharing commits; their ids in order. */
-    openMany: (n: number) => Promise.all(Array.from({ length: n }, (_, i) => run(openAccount, { owner: `owner-${i % 50}` }).then((o) => AccountBody.parse(expectResponse(o).body).accountId))),
+    openMany: (n: number) =>
+      Promise.all(
+        Array.from({ length: n }, (_, i) => run(openAccount, { owner: `owner-${i % 50}` }).then((o) => AccountBody.parse(expectResponse(o).body).accountId)),
+      ),
     deposit: (accountId: string, amountCents: number) => run(deposit, { amountCents }, { id: accountId }),
     close: (accountId: string) => run(closeAccount, {}, { id: accountId }),
   };

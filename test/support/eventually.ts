@@ -11,7 +11,8 @@ export async function eventually<T>(check: () => Promise<T> | T, options: Eventu
   for (;;) {
     const value = await check();
     if (value) return value;
-    if (Date.now() > until) throw new Error(`timed out after ${timeoutMs} ms waiting for ${options.what ?? 'a condition'} (last value: ${JSON.stringify(value)})`);
+    if (Date.now() > until)
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${options.what ?? 'a condition'} (last value: ${JSON.stringify(value)})`);
     await new Promise((r) => setTimeout(r, options.everyMs ?? 25));
   }
 }

@@ -8,7 +8,11 @@ export type RequestHandler = { request(path: string, init?: RequestInit): Respon
 /** POSTs `body` (JSON-encoded unless already a string) with a JSON content type; `headers` are added or replace it. */
 export function postJson(app: RequestHandler, path: string, body: unknown = {}, headers: Record<string, string> = {}): Promise<Response> {
   return Promise.resolve(
-    app.request(path, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) }),
+    app.request(path, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: typeof body === 'string' ? body : JSON.stringify(body),
+    }),
   );
 }
 

@@ -101,4 +101,3 @@ export async function startNats(options: { websocket?: boolean } = {}): Promise<
 export async function natsClient(url: string): Promise<NatsConnection> {
   return connect({ servers: [url], name: 'test client' });
 }
-

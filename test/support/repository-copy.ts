@@ -10,7 +10,9 @@ import { ROOT } from './process.ts';
  */
 export function copyRepository(prefix = 'hono-outbox-copy-'): { dir: string; [Symbol.dispose](): void } {
   const tmp = createTempDir(prefix);
-  const files = execFileSync('git', ['ls-files', '--cached', '--others', '--exclude-standard', '-z'], { cwd: ROOT, encoding: 'utf8' }).split('\0').filter(Boolean);
+  const files = execFileSync('git', ['ls-files', '--cached', '--others', '--exclude-standard', '-z'], { cwd: ROOT, encoding: 'utf8' })
+    .split('\0')
+    .filter(Boolean);
   for (const file of files) {
     if (!existsSync(join(ROOT, file))) continue;
     mkdirSync(dirname(join(tmp.dir, file)), { recursive: true });

@@ -64,8 +64,14 @@ describe('config - defaults', () => {
 
   it('retentions are durations in ms, s, m, h or d, parsed to milliseconds, with defaults of 24h and 7d', () => {
     expect(parseConfig({})).toMatchObject({ IDEMPOTENCY_RETENTION: 86_400_000, OUTBOX_RETENTION: 604_800_000 });
-    expect(parseConfig({ IDEMPOTENCY_RETENTION: '90m', OUTBOX_RETENTION: '2d' })).toMatchObject({ IDEMPOTENCY_RETENTION: 5_400_000, OUTBOX_RETENTION: 172_800_000 });
-    expect(parseConfig({ IDEMPOTENCY_RETENTION: '60000ms', OUTBOX_RETENTION: '3600s' })).toMatchObject({ IDEMPOTENCY_RETENTION: 60_000, OUTBOX_RETENTION: 3_600_000 });
+    expect(parseConfig({ IDEMPOTENCY_RETENTION: '90m', OUTBOX_RETENTION: '2d' })).toMatchObject({
+      IDEMPOTENCY_RETENTION: 5_400_000,
+      OUTBOX_RETENTION: 172_800_000,
+    });
+    expect(parseConfig({ IDEMPOTENCY_RETENTION: '60000ms', OUTBOX_RETENTION: '3600s' })).toMatchObject({
+      IDEMPOTENCY_RETENTION: 60_000,
+      OUTBOX_RETENTION: 3_600_000,
+    });
   });
 
   it('ignores variables it does not know', () => {
@@ -145,7 +151,10 @@ describe('config - start-up', () => {
 
 describe('config - secrets', () => {
   it('never echoes a secret or a URL back in the error message', () => {
-    for (const [name, value] of [['ADMIN_TOKEN', 'hunter2'], ['NATS_URL', 'nats://user:s3cret@host:4222 x']] as const) {
+    for (const [name, value] of [
+      ['ADMIN_TOKEN', 'hunter2'],
+      ['NATS_URL', 'nats://user:s3cret@host:4222 x'],
+    ] as const) {
       let message = '';
       try {
         parseConfig({ [name]: value });

@@ -8,7 +8,9 @@ const SRC = resolve(import.meta.dirname, '../../src');
 const NOT_CORE = [/^contexts\//, /^subscribers\//, /^modules\.ts$/, /^entry\//];
 
 function filesUnder(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((d) => (d.isDirectory() ? filesUnder(join(dir, d.name)) : d.name.endsWith('.ts') ? [join(dir, d.name)] : []));
+  return readdirSync(dir, { withFileTypes: true }).flatMap((d) =>
+    d.isDirectory() ? filesUnder(join(dir, d.name)) : d.name.endsWith('.ts') ? [join(dir, d.name)] : [],
+  );
 }
 
 /** The module specifiers a file imports or re-exports (static and dynamic). */
@@ -39,7 +41,11 @@ describe('layering - the core stands apart from the example', () => {
   });
 
   it('no core file imports a node:* module, so the core runs on Workers', () => {
-    const offending = core.flatMap((f) => importsOf(join(SRC, f)).filter((spec) => spec.startsWith('node:')).map((spec) => `${f} → ${spec}`));
+    const offending = core.flatMap((f) =>
+      importsOf(join(SRC, f))
+        .filter((spec) => spec.startsWith('node:'))
+        .map((spec) => `${f} → ${spec}`),
+    );
     expect(offending).toEqual([]);
   });
 

@@ -12,9 +12,7 @@ export const OrderPlacedV1 = z.strictObject({
   orderId: safeText().min(1),
   customerId: safeText().min(1).max(64),
   currency: z.string().regex(/^[A-Z]{3}$/),
-  items: z
-    .array(z.strictObject({ sku: safeText().min(1).max(64), quantity: z.number().int().min(1), unitPriceCents: Cents }))
-    .min(1),
+  items: z.array(z.strictObject({ sku: safeText().min(1).max(64), quantity: z.number().int().min(1), unitPriceCents: Cents })).min(1),
   totalCents: Cents,
   placedAt: IsoTime,
 });

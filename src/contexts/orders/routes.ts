@@ -4,6 +4,7 @@ import type { Deps } from '../../deps.ts';
 import { NotFoundError } from '../../errors.ts';
 import { safeText } from '../../events/safe-text.ts';
 import { commandRoute } from '../../http/command-route.ts';
+import { describeQuery } from '../../http/describe-route.ts';
 import { cancelOrder } from './cancel-order.ts';
 import { placeOrder } from './place-order.ts';
 import { loadOrder, orderToJson } from './store.ts';
@@ -32,7 +33,7 @@ export function createOrderRoutes(deps: Deps) {
   return new Hono()
     .post('/', ...commandRoute(deps, PlaceOrderBody, placeOrder))
     .post('/:id/cancel', ...commandRoute(deps, CancelOrderBody, cancelOrder, { emptyBody: true }))
-    .get('/:id', async (c) => {
+    .get('/:id', describeQuery('Read an order', { notFound: 'No order has this id.' }), async (c) => {
       const order = await loadOrder(deps.db, c.req.param('id'));
       if (!order) throw new NotFoundError(`Order ${c.req.param('id')} does not exist.`);
       return c.json(orderToJson(order));

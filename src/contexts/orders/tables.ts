@@ -15,10 +15,7 @@ export const orders = sqliteTable(
     cancelledAt: integer('cancelled_at'),
     cancelReason: text('cancel_reason'),
   },
-  (t) => [
-    index('idx_orders_customer').on(t.customerId),
-    check('orders_status_check', sql`${t.status} IN ('placed','cancelled')`),
-  ],
+  (t) => [index('idx_orders_customer').on(t.customerId), check('orders_status_check', sql`${t.status} IN ('placed','cancelled')`)],
 );
 
 /** The lines of an order, in the order they were given. */

@@ -18,7 +18,10 @@ export const notifications = defineSubscriber<AppEvents>()({
   name: 'notifications',
   on: {
     'order.placed.v1': async (tx, e) => {
-      await tx.insert(notificationEmails).values({ orderId: e.data.orderId, customerId: e.data.customerId, kind: 'order-confirmation', createdAt: Date.parse(e.occurredAt) }).run();
+      await tx
+        .insert(notificationEmails)
+        .values({ orderId: e.data.orderId, customerId: e.data.customerId, kind: 'order-confirmation', createdAt: Date.parse(e.occurredAt) })
+        .run();
     },
   },
 });

@@ -1,6 +1,7 @@
 import { eq, sql } from 'drizzle-orm';
 import { Hono } from 'hono';
 import type { Database, Tx } from '../../db/open-database.ts';
+import { describeQuery } from '../../http/describe-route.ts';
 import { defineSubscriber } from '../../inbox/subscriber.ts';
 import type { AppEvents } from '../../modules.ts';
 import { customerReports } from './tables.ts';
@@ -36,5 +37,8 @@ export const reporting = defineSubscriber<AppEvents>()({
     'order.cancelled.v1': (tx, e) => addToReport(tx, e.data.customerId, { placed: 0, cancelled: 1, cents: -e.data.totalCents }),
   },
   basePath: '/reports',
-  routes: (db) => new Hono().get('/customers/:customerId', async (c) => c.json(await readCustomerReport(db, c.req.param('customerId')))),
+  routes: (db) =>
+    new Hono().get('/customers/:customerId', describeQuery('A customer’s order counters (zeros when unknown)'), async (c) =>
+      c.json(await readCustomerReport(db, c.req.param('customerId'))),
+    ),
 });

@@ -1,0 +1,1 @@
+CREATE INDEX `idx_dead_letters_consumer_dead_at` ON `dead_letters` (`consumer`,`dead_at`,`event_id`);
