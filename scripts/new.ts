@@ -23,7 +23,8 @@ const USAGE = `usage: npm run new -- <kind> …
       src/contexts/<name>/{context.ts,events.ts,tables.ts,routes.ts}, its lines in src/modules.ts, its migration
   rename <service-name>
       the service's name (DEFAULT_SERVICE_NAME in src/service-name.ts) in every file that spells it: package.json,
-      package-lock.json, wrangler.toml, compose.yaml, the docs, the tests asserting the default stream and consumers
+      package-lock.json, wrangler.toml, compose.yaml, the docs, the tests asserting the default stream and consumers;
+      refused while the current name also spells a route, a path, a table or a value (an ordinary word such as orders)
 names are kebab-case (ship, add-line, acme-shipping)`;
 
 /** Parses the command line into the plan of one scaffold; UsageError for anything wrong. */
@@ -64,7 +65,10 @@ async function plan(argv: string[]): Promise<Plan> {
       const args = parseArgs(rest, { values: ['on', 'table'], positional: 1 });
       return planSubscriber({
         name: positional(args, 'name'),
-        on: required(args, 'on').split(',').map((t) => t.trim()).filter(Boolean),
+        on: required(args, 'on')
+          .split(',')
+          .map((t) => t.trim())
+          .filter(Boolean),
         ...(args.values.table !== undefined ? { table: args.values.table } : {}),
       });
     }
@@ -86,6 +90,7 @@ if (argv.length === 1 && ['--help', '-h', 'help'].includes(argv[0]!)) {
 }
 try {
   const planned = await plan(argv);
+  planned.run.push(['npm', 'run', '--silent', 'docs:asyncapi']); // every scaffold changes the events, subscribers or name it describes
   checkPlan(planned);
   process.exitCode = applyPlan(planned);
 } catch (error) {

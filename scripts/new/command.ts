@@ -4,6 +4,7 @@ import { UsageError } from '../../src/entry/args.ts';
 import type { Context } from '../../src/http/define-context.ts';
 import { loadContext, loadEvents } from './catalog.ts';
 import { objectLiteral, sampleOfField, zodOf, type Field } from './fields.ts';
+import { checkIdentifier, declaredIn } from './identifiers.ts';
 import { tsLiteral } from './literal.ts';
 import { camel, EVENT_TYPE, eventTypeOf, kebab, KEBAB, pascal, singular } from './names.ts';
 import { createPlan, readPlanned, type Plan } from './plan.ts';
@@ -26,9 +27,16 @@ function aggregateOf(context: Context, asked: string | undefined): string {
   return known[0] ?? singular(context.name);
 }
 
+/** The one aggregate type the context's events belong to now, if they share one. */
+function sharedAggregate(context: Context): string | undefined {
+  const known = [...new Set(Object.values(context.events).map((e) => e.aggregate))];
+  return known.length === 1 ? known[0] : undefined;
+}
+
 /** Refuses an event type that is malformed or already in the catalog. */
 async function checkNewType(type: string): Promise<void> {
-  if (!EVENT_TYPE.test(type)) throw new UsageError(`event type ${JSON.stringify(type)} must look like order.shipped.v1 (lower case, dot-separated, ending in .v<n>)`);
+  if (!EVENT_TYPE.test(type))
+    throw new UsageError(`event type ${JSON.stringify(type)} must look like order.shipped.v1 (lower case, dot-separated, ending in .v<n>)`);
   const catalog = await loadEvents();
   if (Object.hasOwn(catalog, type)) throw new UsageError(`event type ${type} is already registered; publish a new version (.v2) instead of changing it`);
 }
@@ -37,14 +45,17 @@ async function checkNewType(type: string): Promise<void> {
  * Adds the schema of `type` (the aggregate's id plus `fields`) and its catalog entry to the context's events.ts;
  * returns the schema's name (also the name of its data type).
  */
-function addEvent(plan: Plan, dir: string, type: string, aggregate: string, fields: Field[]): string {
+function addEvent(plan: Plan, dir: string, type: string, aggregate: string, fields: Field[], shared: string | undefined): string {
   const file = `${dir}/events.ts`;
   const idField = `${camel(aggregate)}Id`;
   if (fields.some((f) => f.name === idField)) throw new UsageError(`--fields: ${idField} is the event's aggregate id already`);
   const schema = pascal(type);
   let source = readPlanned(plan, file);
+  checkIdentifier(schema, `the schema of ${type} in ${file}`, declaredIn(source));
   const existing = [...source.matchAll(/aggregate:\s*([A-Za-z_$][\w$]*|'[^']*')/g)].map((m) => m[1]!);
-  const aggregateExpr = existing.length > 0 && existing.every((e) => e === existing[0]) && existing[0] !== `'${aggregate}'` ? existing[0]! : `'${aggregate}'`;
+  // the expression the catalog already uses (e.g. ORDER_AGGREGATE) only when it names this very aggregate
+  const reuse = aggregate === shared && existing.length > 0 && existing.every((e) => e === existing[0]);
+  const aggregateExpr = reuse ? existing[0]! : `'${aggregate}'`;
   const shape = objectLiteral([[idField, 'safeText().min(1)'], ...fields.map((f): [string, string] => [f.name, zodOf(f)])]);
   const block = [
     `/** Data of \`${type}\`. Published contract: change it only by adding a \`.v${Number(/\.v(\d+)$/.exec(type)![1]) + 1}\`. */`,
@@ -64,8 +75,11 @@ export async function planEvent(request: EventRequest): Promise<Plan> {
   const context = await loadContext(request.context);
   await checkNewType(request.type);
   const plan = createPlan();
-  addEvent(plan, `src/contexts/${request.context}`, request.type, aggregateOf(context, request.aggregate), request.fields);
-  plan.next.push(`publish it from a command: await cmd.emit([{ …, type: '${request.type}', data }])`, 'subscribe to it: npm run new -- subscriber <name> --on ' + request.type);
+  addEvent(plan, `src/contexts/${request.context}`, request.type, aggregateOf(context, request.aggregate), request.fields, sharedAggregate(context));
+  plan.next.push(
+    `publish it from a command: await cmd.emit([{ …, type: '${request.type}', data }])`,
+    'subscribe to it: npm run new -- subscriber <name> --on ' + request.type,
+  );
   return plan;
 }
 
@@ -101,11 +115,15 @@ export async function planCommand(request: CommandRequest): Promise<Plan> {
 
   const plan = createPlan();
   const dir = `src/contexts/${request.context}`;
-  const schema = addEvent(plan, dir, type, aggregate, request.fields);
+  const schema = addEvent(plan, dir, type, aggregate, request.fields, sharedAggregate(context));
   const base = request.name === kebab(aggregate) || request.name.endsWith(`-${kebab(aggregate)}`) ? request.name : `${request.name}-${kebab(aggregate)}`;
   const handler = camel(base);
   const bodySchema = `${pascal(base)}Body`;
   const idVar = `${camel(aggregate)}Id`;
+  const handlerImports = ['z', 'Tx', 'safeText', 'ok', 'created', 'Command', 'CommandOutcome', 'data', 'body', 'cmd', 'tx', schema];
+  checkIdentifier(handler, `the handler in ${dir}/${base}.ts`, [...handlerImports, bodySchema, idVar, ...declaredIn(readPlanned(plan, `${dir}/routes.ts`))]);
+  checkIdentifier(bodySchema, `the body schema in ${dir}/${base}.ts`, [...handlerImports, ...declaredIn(readPlanned(plan, `${dir}/routes.ts`))]);
+  checkIdentifier(idVar, `the id variable in ${dir}/${base}.ts`, handlerImports);
   const path = request.create ? '/' : `/:id/${request.name}`;
   const fullPath = `${context.basePath}${request.create ? '' : path}`;
   const emptyBody = request.fields.every((f) => f.optional);

@@ -2,6 +2,7 @@
 // src/modules.ts and the migration of its starter table.
 import { UsageError } from '../../src/entry/args.ts';
 import { contextNames } from './catalog.ts';
+import { checkIdentifier, checkTable, declaredIn } from './identifiers.ts';
 import { camel, KEBAB, pascal, singular, snake } from './names.ts';
 import { createPlan, readPlanned, type Plan } from './plan.ts';
 import { addImport, appendToList } from './source-edit.ts';
@@ -15,17 +16,29 @@ export function planContext(name: string): Plan {
   if (contextNames().includes(name)) throw new UsageError(`context ${name} exists already`);
   const table = snake(name);
   if (RESERVED_TABLES.includes(table)) throw new UsageError(`a context called ${name} would own the core's table ${table}; choose another name`);
+  checkTable(table, RESERVED_TABLES, 'its table');
   const plan = createPlan();
   const modulesFile = 'src/modules.ts';
   let modules = readPlanned(plan, modulesFile);
   const value = camel(name);
-  if (new RegExp(`\\b${value}\\b`).test(modules.split('\n').filter((l) => l.startsWith('import ')).join('\n'))) {
+  if (
+    new RegExp(`\\b${value}\\b`).test(
+      modules
+        .split('\n')
+        .filter((l) => l.startsWith('import '))
+        .join('\n'),
+    )
+  ) {
     throw new UsageError(`src/modules.ts already imports a value called ${value}; choose another context name`);
   }
   const aggregate = singular(name);
   const events = `${camel(aggregate)}Events`;
   const routes = `create${pascal(aggregate)}Routes`;
   const dir = `src/contexts/${name}`;
+  checkIdentifier(value, `the context in ${dir}/context.ts`, ['defineContext', events, routes, ...declaredIn(modules)]);
+  checkIdentifier(events, `the events in ${dir}/events.ts`, ['defineEvents']);
+  checkIdentifier(routes, `the routes in ${dir}/routes.ts`, ['Hono', 'Deps', 'deps']);
+  checkIdentifier(camel(table), `the table in ${dir}/tables.ts`, ['integer', 'sqliteTable', 'text']);
 
   plan.create.set(
     `${dir}/context.ts`,

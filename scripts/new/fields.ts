@@ -10,7 +10,8 @@ export type Field = { name: string; type: (typeof TYPES)[number]; optional: bool
 export function parseFields(spec: string | undefined): Field[] {
   if (spec === undefined || spec.trim() === '') return [];
   const fields = spec.split(',').map((part): Field => {
-    const [rawName = '', type = 'string'] = part.trim().split(':');
+    const [rawName = '', type = 'string', ...extra] = part.trim().split(':');
+    if (extra.length > 0) throw new UsageError(`--fields: ${JSON.stringify(part.trim())} has more than a name and a type (name[?]:type)`);
     const optional = rawName.endsWith('?');
     const name = optional ? rawName.slice(0, -1) : rawName;
     if (!/^[a-z][A-Za-z0-9]*$/.test(name)) throw new UsageError(`--fields: ${JSON.stringify(name)} is not a camelCase field name`);

@@ -7,13 +7,23 @@ export const KEBAB = /^[a-z][a-z0-9]*(-[a-z0-9]+)*$/;
 /** A versioned event type as the registry accepts it: `order.shipped.v1`. */
 export const EVENT_TYPE = /^[a-z0-9_-]+(\.[a-z0-9_-]+)*\.v\d+$/;
 
-const words = (name: string) => name.split(/[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])/).filter(Boolean).map((w) => w.toLowerCase());
+const words = (name: string) =>
+  name
+    .split(/[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])/)
+    .filter(Boolean)
+    .map((w) => w.toLowerCase());
 
 /** `add-line` → `addLine`. */
-export const camel = (name: string) => words(name).map((w, i) => (i === 0 ? w : w[0]!.toUpperCase() + w.slice(1))).join('');
+export const camel = (name: string) =>
+  words(name)
+    .map((w, i) => (i === 0 ? w : w[0]!.toUpperCase() + w.slice(1)))
+    .join('');
 
 /** `order.shipped.v1` → `OrderShippedV1`. */
-export const pascal = (name: string) => words(name).map((w) => w[0]!.toUpperCase() + w.slice(1)).join('');
+export const pascal = (name: string) =>
+  words(name)
+    .map((w) => w[0]!.toUpperCase() + w.slice(1))
+    .join('');
 
 /** `trackingNumber` → `tracking_number`. */
 export const snake = (name: string) => words(name).join('_');
@@ -29,7 +39,18 @@ export function singular(name: string): string {
   return name;
 }
 
-const IRREGULAR: Record<string, string> = { pay: 'paid', send: 'sent', buy: 'bought', sell: 'sold', make: 'made', hold: 'held', put: 'put', set: 'set', reset: 'reset', split: 'split' };
+const IRREGULAR: Record<string, string> = {
+  pay: 'paid',
+  send: 'sent',
+  buy: 'bought',
+  sell: 'sold',
+  make: 'made',
+  hold: 'held',
+  put: 'put',
+  set: 'set',
+  reset: 'reset',
+  split: 'split',
+};
 
 /** The past participle of an English verb, by the regular rules and a few irregular verbs: ship → shipped. */
 export function pastOf(verb: string): string {

@@ -37,7 +37,10 @@ export function addImport(source: string, names: string[], from: string, options
   const same = imports.find((s) => s.from === from && s.text.startsWith(kind));
   if (same) {
     const inner = /\{([^}]*)\}/s.exec(same.text)![1]!;
-    const have = inner.split(',').map((n) => n.trim()).filter(Boolean);
+    const have = inner
+      .split(',')
+      .map((n) => n.trim())
+      .filter(Boolean);
     const wanted = names.filter((n) => !have.includes(n) && !have.includes(`type ${n}`));
     if (wanted.length === 0) return source;
     const bare = (n: string) => n.replace(/^type /, '').toLowerCase();
@@ -56,7 +59,7 @@ export function addImport(source: string, names: string[], from: string, options
       ? group.at(-1)!.end + 1
       : relative(from) && imports.length > 0
         ? imports.at(-1)!.end + 1
-        : imports[0]?.start ?? firstCodeLine(lines);
+        : (imports[0]?.start ?? firstCodeLine(lines));
   lines.splice(at, 0, statement);
   return lines.join('\n');
 }

@@ -4,6 +4,7 @@ import { existsSync } from 'node:fs';
 import { UsageError } from '../../src/entry/args.ts';
 import { loadEvents, subscriberNames } from './catalog.ts';
 import { tsLiteral } from './literal.ts';
+import { checkIdentifier, checkTable, declaredIn } from './identifiers.ts';
 import { camel, KEBAB, pascal, snake } from './names.ts';
 import { createPlan, readPlanned, type Plan } from './plan.ts';
 import { columnsOf, jsonSchemaOf, sampleOf, type Column } from './samples.ts';
@@ -29,15 +30,49 @@ const BUILDER: Record<Column['kind'], (column: string) => string> = {
 /** Checks the request against the service as it is; UsageError (exit 2) for anything wrong. */
 function check(request: SubscriberRequest, modulesSource: string, known: string[]): void {
   if (!KEBAB.test(request.name)) throw new UsageError(`subscriber name ${JSON.stringify(request.name)} must be kebab-case (shipping, order-emails)`);
-  if (subscriberNames().includes(request.name) || existsSync(`db/subscribers/${request.name}`)) throw new UsageError(`subscriber ${request.name} exists already`);
-  if (new RegExp(`\\b${camel(request.name)}\\b`).test(modulesSource.split('\n').filter((l) => l.startsWith('import ')).join('\n'))) {
+  if (subscriberNames().includes(request.name) || existsSync(`db/subscribers/${request.name}`))
+    throw new UsageError(`subscriber ${request.name} exists already`);
+  if (
+    new RegExp(`\\b${camel(request.name)}\\b`).test(
+      modulesSource
+        .split('\n')
+        .filter((l) => l.startsWith('import '))
+        .join('\n'),
+    )
+  ) {
     throw new UsageError(`src/modules.ts already imports a value called ${camel(request.name)}; choose another subscriber name`);
   }
   if (request.on.length === 0) throw new UsageError('--on needs at least one event type');
   const unknown = request.on.filter((t) => !known.includes(t));
-  if (unknown.length > 0) throw new UsageError(`unknown event type${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')}; registered: ${known.join(', ') || 'none'}`);
+  if (unknown.length > 0)
+    throw new UsageError(`unknown event type${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')}; registered: ${known.join(', ') || 'none'}`);
   const table = request.table ?? `${snake(request.name)}_records`;
-  if (!/^[a-z][a-z0-9_]*$/.test(table) || RESERVED_TABLES.includes(table)) throw new UsageError(`--table ${JSON.stringify(table)} must be a snake_case name other than ${RESERVED_TABLES.join(', ')}`);
+  checkTable(table, RESERVED_TABLES, '--table');
+  checkNames(request.name, table, modulesSource);
+}
+
+/** What the generated subscriber.ts imports or declares, and its test's own names (its locals among them). */
+const SUBSCRIBER_FILE = ['asc', 'eq', 'Database', 'defineSubscriber', 'AppEvents', 'tx', 'e', 'db', 'aggregateId'];
+const TEST_FILE = ['describe', 'expect', 'it', 'registryOf', 'APP_MIGRATIONS', 'IntegrationEvent', 'createInboxDeps', 'handleOnce'];
+const TEST_LOCALS = ['InboxMessage', 'createMetrics', 'modules', 'createSubscriberDb', 'delivery', 'sdb', 'deps', 'event', 'attempt'];
+
+/** Refuses a subscriber whose value, table or list function would not compile or would clash with each other. */
+function checkNames(name: string, tableName: string, modulesSource: string): void {
+  const value = camel(name);
+  const table = camel(tableName);
+  const list = `list${pascal(tableName)}`;
+  const file = `src/subscribers/${name}/subscriber.ts`;
+  checkIdentifier(value, `the subscriber in ${file}`, [...SUBSCRIBER_FILE, ...TEST_FILE, ...TEST_LOCALS, table, list, ...declaredIn(modulesSource)]);
+  checkIdentifier(table, `the table of --table ${tableName} in src/subscribers/${name}/tables.ts`, [
+    ...SUBSCRIBER_FILE,
+    'index',
+    'integer',
+    'real',
+    'sqliteTable',
+    'text',
+    list,
+  ]);
+  checkIdentifier(list, `the query in ${file}`, [...SUBSCRIBER_FILE, ...TEST_FILE, ...TEST_LOCALS]);
 }
 
 /** Plans the subscriber's files, its line in src/modules.ts and the generation of its migrations. */
@@ -170,6 +205,8 @@ export async function planSubscriber(request: SubscriberRequest): Promise<Plan> 
       ``,
     ].join('\n'),
   );
-  plan.next.push(`shape ${dir}/tables.ts and the handlers in ${dir}/subscriber.ts to what ${name} needs, then npm run db:generate -- ${name} and adjust ${testFile}`);
+  plan.next.push(
+    `shape ${dir}/tables.ts and the handlers in ${dir}/subscriber.ts to what ${name} needs, then npm run db:generate -- ${name} and adjust ${testFile}`,
+  );
   return plan;
 }
