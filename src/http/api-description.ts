@@ -85,11 +85,16 @@ export async function describeApi(app: Hono<any, any, any>, info: ApiInfo): Prom
   return doc;
 }
 
+/** The API reference script /docs loads, at a pinned version. */
+export const SCALAR_CDN = 'https://cdn.jsdelivr.net/npm/@scalar/api-reference@1.76.0';
+
 /** Serves `app`'s document at GET /openapi.json (built once, on first request) and an API reference page at GET /docs. */
 export function mountApiDescription(app: Hono<any, any, any>, info: ApiInfo): void {
   let doc: Promise<ApiDocument> | undefined;
   const build = () => describeApi(app, info).catch((error: unknown) => ((doc = undefined), Promise.reject(error)));
   app.get('/openapi.json', async (c) => c.json(await (doc ??= build())));
   // The page loads Scalar's script from its CDN (jsdelivr): the browser needs the internet, the service does not.
-  app.get('/docs', Scalar({ url: '/openapi.json', pageTitle: `${info.title} API` }));
+  // The version is pinned, so what runs on this origin changes only when this line does; the status page keeps its
+  // admin token in memory, out of reach of this page's script.
+  app.get('/docs', Scalar({ url: '/openapi.json', pageTitle: `${info.title} API`, cdn: SCALAR_CDN }));
 }

@@ -195,11 +195,13 @@ async function replayOne(deps: ReplayDeps, dead: DeadLetter, report: ReplayRepor
   let error: string;
   if (decoded.ok) {
     try {
-      const fresh = await deps.writer.write(async (tx) => {
-        const applied = await applyOnce(tx, deps, decoded.event);
-        await deleteDeadLetter(tx, key);
-        return applied;
-      });
+      // The dead letter leaves first, in the same transaction: one an operator deleted (or another replay took)
+      // since it was read is not applied.
+      const fresh = await deps.writer.write(async (tx) => ((await deleteDeadLetter(tx, key)) ? applyOnce(tx, deps, decoded.event) : 'gone'));
+      if (fresh === 'gone') {
+        report.notFound.push(dead.eventId);
+        return;
+      }
       (fresh ? report.replayed : report.duplicates).push(dead.eventId);
       (fresh ? deps.metrics.processed : deps.metrics.duplicates).inc({ consumer: deps.consumer });
       return;

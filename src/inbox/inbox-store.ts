@@ -73,9 +73,10 @@ export async function recordReplayError(tx: Tx, key: { eventId: string; consumer
 }
 
 /** Removes a dead letter; part of the transaction that finally applied it. */
-export async function deleteDeadLetter(tx: Tx, key: { eventId: string; consumer: string }): Promise<void> {
-  await tx
+export async function deleteDeadLetter(tx: Tx, key: { eventId: string; consumer: string }): Promise<boolean> {
+  const res = await tx
     .delete(deadLetters)
     .where(and(eq(deadLetters.eventId, key.eventId), eq(deadLetters.consumer, key.consumer)))
     .run();
+  return res.rowsAffected > 0;
 }

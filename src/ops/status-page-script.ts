@@ -1,6 +1,7 @@
 // The status page's script, inlined by status-page.ts. Plain browser JavaScript with no build step. Every value
-// from the server reaches the page through textContent, never as markup. The admin token lives only in this tab
-// (sessionStorage) and goes out only as an Authorization header to this origin.
+// from the server reaches the page through textContent, never as markup. The admin token lives only in this page's
+// memory (not in storage another page of this origin, such as /docs, could read) and goes out only as an
+// Authorization header to this origin.
 
 /** The page's inline script (its SHA-256 is in the Content-Security-Policy). */
 export const STATUS_PAGE_SCRIPT = `
@@ -8,9 +9,8 @@ export const STATUS_PAGE_SCRIPT = `
   'use strict';
   const REFRESH_MS = 3000;
   const PAGE = 20;
-  const TOKEN_KEY = 'status-page-admin-token';
   const byId = (id) => document.getElementById(id);
-  let token = sessionStorage.getItem(TOKEN_KEY) || '';
+  let token = '';
   let status = null;
   let timer;
   let running = null;
@@ -203,7 +203,7 @@ export const STATUS_PAGE_SCRIPT = `
   async function once() {
     clearTimeout(timer);
     try {
-      const res = await fetch('status.json', { cache: 'no-store', headers: { Accept: 'application/json' } });
+      const res = await fetch('status.json', { cache: 'no-store', headers: token ? { Accept: 'application/json', Authorization: 'Bearer ' + token } : { Accept: 'application/json' } });
       if (!res.ok) throw new Error('HTTP ' + res.status);
       render(await res.json());
       byId('problem').hidden = true;
@@ -232,7 +232,6 @@ export const STATUS_PAGE_SCRIPT = `
 
   function forgetToken(why) {
     token = '';
-    sessionStorage.removeItem(TOKEN_KEY);
     byId('admin-panel').hidden = true;
     if (status) render(status);
     say(why);
@@ -243,8 +242,7 @@ export const STATUS_PAGE_SCRIPT = `
     const input = byId('token');
     token = input.value.trim();
     input.value = '';
-    if (token) sessionStorage.setItem(TOKEN_KEY, token);
-    say(token ? 'Token kept in this tab until you forget it or close the tab.' : '');
+    say(token ? 'Token kept in this page until you forget it or leave the page.' : '');
     void refresh();
   });
   byId('forget').addEventListener('click', () => forgetToken('Token forgotten.'));

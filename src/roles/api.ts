@@ -63,6 +63,7 @@ export function createApiRole(
           db: deps.db,
           clock: deps.clock,
           admin: config.ADMIN_TOKEN !== undefined,
+          adminToken: config.ADMIN_TOKEN,
           recentLogs: shared.recentLogs,
           relay: relay && { state: relay.state, lag: shared.outboxMetrics.lag },
           subscribers,

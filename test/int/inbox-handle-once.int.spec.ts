@@ -165,3 +165,27 @@ describe('handleBatch - order and infrastructure failures', () => {
     expect(await countRows(s.sdb.client, 'dead_letters')).toBe(0);
   });
 });
+
+describe('replay - a dead letter deleted while a replay runs', () => {
+  it('is not applied: a replay that read it before an operator deleted it reports it not found and changes nothing', async () => {
+    using s = await setup();
+    const e = creditedEvent({ owner: 'gone', amountCents: 70 });
+    await s.sdb.client.execute({
+      sql: `INSERT INTO dead_letters (event_id, consumer, subject, headers, payload, error, deliveries, dead_at) VALUES (?, 'balances', ?, '{}', ?, 'failed', 3, 1)`,
+      args: [e.eventId, `hono-outbox.account.${e.aggregateId}`, JSON.stringify(e)],
+    });
+    // the operator's delete lands between the replay's read and its write
+    const writer = {
+      ...s.deps.writer,
+      async write<T>(fn: Parameters<typeof s.deps.writer.write<T>>[0]): Promise<T> {
+        await s.sdb.client.execute({ sql: 'DELETE FROM dead_letters WHERE event_id = ?', args: [e.eventId] });
+        return s.deps.writer.write(fn);
+      },
+    };
+    const { replayDeadLetters } = await import('../../src/inbox/dead-letters.ts');
+    const report = await replayDeadLetters({ ...s.deps, writer, db: s.sdb.db }, 'all');
+    expect(report).toEqual({ replayed: [], duplicates: [], failed: [], notFound: [e.eventId] });
+    expect(await readOwnerBalance(s.sdb.db, 'gone')).toMatchObject({ creditedCents: 0 });
+    expect(await countRows(s.sdb.client, 'inbox')).toBe(0);
+  });
+});

@@ -117,7 +117,9 @@ describe('openapi - /openapi.json describes the service', () => {
     const res = await s.app.request('/docs');
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toMatch(/^text\/html/);
-    expect(await res.text()).toContain('/openapi.json');
+    const html = await res.text();
+    expect(html).toContain('/openapi.json');
+    expect(html).toMatch(/@scalar\/api-reference@\d+\.\d+\.\d+/); // a pinned script, not whatever the CDN serves today
   });
 });
 
