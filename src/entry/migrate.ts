@@ -4,5 +4,7 @@ import { loadConfigOrExit, migrateOrExit, MIGRATIONS_FOLDER, openClient } from '
 const config = loadConfigOrExit();
 const client = await openClient(config.DATABASE_URL, config);
 const applied = await migrateOrExit(client, MIGRATIONS_FOLDER);
-console.log(`${applied} migration(s) applied to ${config.DATABASE_URL}`);
+// the URL without its query and credentials: a libSQL URL may carry an auth token
+const where = config.DATABASE_URL.replace(/\?.*$/, '').replace(/\/\/[^@/]*@/, '//');
+console.log(`${applied} migration(s) applied to ${where}`);
 client.close();
