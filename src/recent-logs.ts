@@ -15,7 +15,7 @@ const FIELD_MAX_CHARS = 500;
 const DROPPED_FIELDS = new Set(['stack']);
 
 const asText = (value: unknown): string => {
-  const text = typeof value === 'string' ? value : (JSON.stringify(value) ?? String(value));
+  const text = typeof value === 'string' ? value : value instanceof Error ? `${value.name}: ${value.message}` : (JSON.stringify(value) ?? String(value));
   return text.length > FIELD_MAX_CHARS ? `${text.slice(0, FIELD_MAX_CHARS)}…` : text;
 };
 

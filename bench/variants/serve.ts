@@ -5,7 +5,8 @@ import { loadConfigOrExit, MIGRATIONS_FOLDER, natsConnector, openClient } from '
 import { migrateDatabase } from '../../src/db/migrate.ts';
 import { createDatabase } from '../../src/db/open-database.ts';
 import { createWriter } from '../../src/db/writer.ts';
-import type { Deps } from '../../src/deps.ts';
+import { type Deps, TRACER_NAME } from '../../src/deps.ts';
+import { trace } from '@opentelemetry/api';
 import { registryOf } from '../../src/compose/define-modules.ts';
 import { modules } from '../../src/modules.ts';
 import { createUuidV7 } from '../../src/ids.ts';
@@ -40,6 +41,7 @@ async function buildFetch(): Promise<(req: Request) => Response | Promise<Respon
     newId: createUuidV7(),
     log,
     outboxCommitted: createSignal(),
+    tracer: trace.getTracer(TRACER_NAME),
   };
   cleanups.unshift(() => deps.writer.idle());
   if (variant === 'state-only') return createStateOnlyApp(deps).fetch;

@@ -10,6 +10,7 @@ import { migrateDatabase, MigrationError } from '../db/migrate.ts';
 import { prepareLocalDatabase } from '../db/open-database.ts';
 import { DRIVER_BUSY_WAIT_MS, setBusyBudget } from '../db/write-lock.ts';
 import { createLogger, type Logger } from '../logger.ts';
+import { registerTraceContext } from './trace-context.ts';
 import { natsConnectionOptions, type ConnectNats } from '../nats/connect.ts';
 import type { RelayRunOptions } from '../outbox/relay.ts';
 import { createService, type Service, type ServiceIo } from '../service.ts';
@@ -135,7 +136,9 @@ export async function boot(
 ): Promise<Started> {
   const migrations = options.migrations ?? APP_MIGRATIONS;
   const config = loadConfigOrExit(options.env);
-  const log = createLogger(config.LOG_LEVEL, undefined, { service: config.SERVICE_NAME });
+  registerTraceContext();
+  const version = packageVersion();
+  const log = createLogger(config.LOG_LEVEL, undefined, { service: config.SERVICE_NAME, version });
   const client = await openClient(config.DATABASE_URL, config);
   if (config.MIGRATE_ON_START) {
     const applied = await migrateOrExit(client, migrations.service);
@@ -147,7 +150,7 @@ export async function boot(
       modules: options.modules ?? appModules,
       client,
       log,
-      version: packageVersion(),
+      version,
       connect: natsConnector(config, `${config.SERVICE_NAME} ${config.ROLES.join('+')}`),
       openSubscriberDb: (name) => openSubscriberDb(config, name, migrations),
       ...options.faults,
@@ -188,10 +191,13 @@ export function stopOnSignals(started: Started, closeServer: () => Promise<void>
       process.exit(1);
     }
   };
-  exitOnFatalErrors((what) => {
-    setTimeout(() => process.exit(1), FATAL_STOP_TIMEOUT_MS).unref();
-    void stop(what, 1);
-  });
+  exitOnFatalErrors(
+    (what) => {
+      setTimeout(() => process.exit(1), FATAL_STOP_TIMEOUT_MS).unref();
+      void stop(what, 1);
+    },
+    { service: started.config.SERVICE_NAME, version: packageVersion() },
+  );
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
   started.service.background.then(

@@ -12,26 +12,22 @@ import { createLogger } from '../logger.ts';
 /** How long the graceful stop after a fatal error may take before the process exits 1 anyway. */
 export const FATAL_STOP_TIMEOUT_MS = 10_000;
 
-/** Logs `what` at level error as one JSON line with the error's message and stack, even when LOG_LEVEL is silent. */
-export function logFatal(what: string, reason: unknown): void {
-  const error = reason instanceof Error ? reason : undefined;
-  createLogger('error').error(what, {
-    error: error ? `${error.name}: ${error.message}` : String(reason),
-    ...(error?.stack ? { stack: error.stack } : {}),
-  });
+/** Logs `what` at level error as one JSON line with `base` and the error's type, message and stack, even when LOG_LEVEL is silent. */
+export function logFatal(what: string, reason: unknown, base: Record<string, unknown> = {}): void {
+  createLogger('error', undefined, base).error(what, { error: reason instanceof Error ? reason : String(reason) });
 }
 
 /**
  * Installs process handlers that make an uncaught exception and an unhandled rejection fatal: each is logged by
- * logFatal, then `onFatal(what)` runs; it must end the process with a non-zero code.
+ * logFatal (with `base`, e.g. service and version), then `onFatal(what)` runs; it must end the process with a non-zero code.
  */
-export function exitOnFatalErrors(onFatal: (what: string) => void): void {
+export function exitOnFatalErrors(onFatal: (what: string) => void, base: Record<string, unknown> = {}): void {
   process.on('uncaughtException', (error) => {
-    logFatal('uncaught exception', error);
+    logFatal('uncaught exception', error, base);
     onFatal('uncaught exception');
   });
   process.on('unhandledRejection', (reason) => {
-    logFatal('unhandled rejection', reason);
+    logFatal('unhandled rejection', reason, base);
     onFatal('unhandled rejection');
   });
 }

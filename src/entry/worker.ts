@@ -85,7 +85,7 @@ function wsConnector(config: Config): ConnectNats {
  */
 export async function runScheduledRelay(env: WorkerEnv): Promise<RelayRunSummary> {
   const config = configFrom(env);
-  const log = createLogger(config.LOG_LEVEL, undefined, { service: config.SERVICE_NAME });
+  const log = createLogger(config.LOG_LEVEL, undefined, { service: config.SERVICE_NAME, version: env.SERVICE_VERSION ?? '0.0.0' });
   if (!/^wss?:\/\//.test(config.NATS_URL)) throw new ConfigError('Invalid configuration: NATS_WS_URL must be a ws:// or wss:// URL in a worker');
   const client = openRemoteClient(config);
   const timeLimitMs = Number(env.RELAY_TIME_LIMIT_MS ?? DEFAULT_RELAY_TIME_LIMIT_MS) || DEFAULT_RELAY_TIME_LIMIT_MS;
@@ -121,7 +121,7 @@ export default {
     }
     const client = openRemoteClient(config);
     try {
-      return await createRequestApp(config, client, createLogger(config.LOG_LEVEL, undefined, { service: config.SERVICE_NAME }), env.SERVICE_VERSION).fetch(
+      return await createRequestApp(config, client, createLogger(config.LOG_LEVEL, undefined, { service: config.SERVICE_NAME, version: env.SERVICE_VERSION ?? '0.0.0' }), env.SERVICE_VERSION).fetch(
         request,
         env,
         ctx as never,

@@ -1,16 +1,20 @@
-// A minimal Prometheus text-format registry: counters and histograms kept in memory, gauges read at scrape time.
+// A minimal Prometheus text-format registry: counters and histograms kept in memory, gauges set by their owners or
+// read at scrape time. Every kind takes labels; keep their values bounded (routes, consumers, reasons, never ids).
 
-type Labels = Record<string, string>;
+export type Labels = Record<string, string>;
 
 export type Counter = { inc(labels?: Labels, by?: number): void; get(labels?: Labels): number };
 /** A histogram's state: cumulative count per upper bound `le` (ascending; +Inf is `count`), total count and sum. */
 export type HistogramSnapshot = { buckets: Array<{ le: number; count: number }>; count: number; sum: number };
-export type Histogram = { observe(value: number): void; count(): number; snapshot(): HistogramSnapshot };
-export type Gauge = { set(value: number, labels?: Labels): void };
+export type Histogram = { observe(value: number, labels?: Labels): void; count(labels?: Labels): number; snapshot(labels?: Labels): HistogramSnapshot };
+export type Gauge = { set(value: number, labels?: Labels): void; get(labels?: Labels): number | undefined; delete(labels?: Labels): void };
 
 export type Metrics = {
+  /** A counter named `name` (registered once; later calls return the same one). */
   counter(name: string, help: string): Counter;
+  /** A histogram named `name` with upper bounds `buckets` (registered once; later calls return the same one). */
   histogram(name: string, help: string, buckets: number[]): Histogram;
+  /** A gauge named `name` (registered once; later calls return the same one). */
   gauge(name: string, help: string): Gauge;
   /** Registers work run before each render, e.g. reading gauges from the database once per scrape. */
   beforeRender(collect: () => Promise<void>): void;
@@ -18,74 +22,111 @@ export type Metrics = {
   render(): Promise<string>;
 };
 
+const escapeValue = (v: string) => v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n');
+
 const labelKey = (labels: Labels = {}) =>
   Object.keys(labels)
     .sort()
-    .map((k) => `${k}="${labels[k]!.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')}"`)
+    .map((k) => `${k}="${escapeValue(labels[k]!)}"`)
     .join(',');
+
+const series = (name: string, key: string, extra?: string) => {
+  const all = [key, extra].filter(Boolean).join(',');
+  return all ? `${name}{${all}}` : name;
+};
+
+const formatNumber = (n: number) => (Number.isNaN(n) ? 'NaN' : n === Infinity ? '+Inf' : n === -Infinity ? '-Inf' : String(n));
+
+type HistogramSeries = { counts: number[]; sum: number; total: number };
 
 /** Creates an empty registry; one per process, passed to whoever counts. */
 export function createMetrics(): Metrics {
-  const renderers: Array<() => Promise<string>> = [];
+  const renderers: Array<() => string> = [];
   const collectors: Array<() => Promise<void>> = [];
-  const counters = new Map<string, Counter>();
+  const registered = new Map<string, { kind: string; metric: unknown }>();
+  const once = <T>(name: string, kind: string, make: () => T): T => {
+    const existing = registered.get(name);
+    if (existing) {
+      if (existing.kind !== kind) throw new Error(`metric ${name} is already registered as a ${existing.kind}`);
+      return existing.metric as T;
+    }
+    const metric = make();
+    registered.set(name, { kind, metric });
+    return metric;
+  };
+  const header = (name: string, help: string, type: string) => [`# HELP ${name} ${help.replace(/\\/g, '\\\\').replace(/\n/g, '\\n')}`, `# TYPE ${name} ${type}`];
+
   return {
-    counter(name, help) {
-      const existing = counters.get(name);
-      if (existing) return existing;
-      const values = new Map<string, number>();
-      const counter: Counter = {
-        inc: (labels, by = 1) => {
+    counter: (name, help) =>
+      once(name, 'counter', () => {
+        const values = new Map<string, number>();
+        renderers.push(() => {
+          const lines = header(name, help, 'counter');
+          if (values.size === 0) lines.push(`${name} 0`);
+          for (const [k, v] of values) lines.push(`${series(name, k)} ${formatNumber(v)}`);
+          return lines.join('\n');
+        });
+        return {
+          inc: (labels, by = 1) => {
+            const k = labelKey(labels);
+            values.set(k, (values.get(k) ?? 0) + by);
+          },
+          get: (labels) => values.get(labelKey(labels)) ?? 0,
+        } satisfies Counter;
+      }),
+    histogram: (name, help, buckets) =>
+      once(name, 'histogram', () => {
+        const sorted = [...buckets].sort((a, b) => a - b);
+        const all = new Map<string, HistogramSeries>();
+        const seriesOf = (labels?: Labels) => {
           const k = labelKey(labels);
-          values.set(k, (values.get(k) ?? 0) + by);
-        },
-        get: (labels) => values.get(labelKey(labels)) ?? 0,
-      };
-      counters.set(name, counter);
-      renderers.push(async () => {
-        const lines = [`# HELP ${name} ${help}`, `# TYPE ${name} counter`];
-        if (values.size === 0) lines.push(`${name} 0`);
-        for (const [k, v] of values) lines.push(k ? `${name}{${k}} ${v}` : `${name} ${v}`);
-        return lines.join('\n');
-      });
-      return counter;
-    },
-    histogram(name, help, buckets) {
-      const sorted = [...buckets].sort((a, b) => a - b);
-      const counts = new Array<number>(sorted.length).fill(0);
-      let sum = 0;
-      let total = 0;
-      renderers.push(async () => {
-        const lines = [`# HELP ${name} ${help}`, `# TYPE ${name} histogram`];
-        sorted.forEach((b, i) => lines.push(`${name}_bucket{le="${b}"} ${counts[i]}`));
-        lines.push(`${name}_bucket{le="+Inf"} ${total}`, `${name}_sum ${sum}`, `${name}_count ${total}`);
-        return lines.join('\n');
-      });
-      return {
-        observe(value) {
-          total++;
-          sum += value;
-          for (let i = 0; i < sorted.length; i++) if (value <= sorted[i]!) counts[i]!++;
-        },
-        count: () => total,
-        snapshot: () => ({ buckets: sorted.map((le, i) => ({ le, count: counts[i]! })), count: total, sum }),
-      };
-    },
-    gauge(name, help) {
-      const values = new Map<string, number>();
-      renderers.push(async () => {
-        const lines = [`# HELP ${name} ${help}`, `# TYPE ${name} gauge`];
-        for (const [k, v] of values) lines.push(k ? `${name}{${k}} ${v}` : `${name} ${v}`);
-        return lines.join('\n');
-      });
-      return { set: (value, labels) => void values.set(labelKey(labels), value) };
-    },
+          let s = all.get(k);
+          if (!s) all.set(k, (s = { counts: new Array<number>(sorted.length).fill(0), sum: 0, total: 0 }));
+          return s;
+        };
+        renderers.push(() => {
+          const lines = header(name, help, 'histogram');
+          if (all.size === 0) seriesOf();
+          for (const [k, s] of all) {
+            sorted.forEach((b, i) => lines.push(`${series(`${name}_bucket`, k, `le="${b}"`)} ${s.counts[i]}`));
+            lines.push(`${series(`${name}_bucket`, k, 'le="+Inf"')} ${s.total}`, `${series(`${name}_sum`, k)} ${s.sum}`, `${series(`${name}_count`, k)} ${s.total}`);
+          }
+          return lines.join('\n');
+        });
+        return {
+          observe(value, labels) {
+            const s = seriesOf(labels);
+            s.total++;
+            s.sum += value;
+            for (let i = 0; i < sorted.length; i++) if (value <= sorted[i]!) s.counts[i]!++;
+          },
+          count: (labels) => all.get(labelKey(labels))?.total ?? 0,
+          snapshot(labels) {
+            const s = all.get(labelKey(labels));
+            return { buckets: sorted.map((le, i) => ({ le, count: s?.counts[i] ?? 0 })), count: s?.total ?? 0, sum: s?.sum ?? 0 };
+          },
+        } satisfies Histogram;
+      }),
+    gauge: (name, help) =>
+      once(name, 'gauge', () => {
+        const values = new Map<string, number>();
+        renderers.push(() => {
+          const lines = header(name, help, 'gauge');
+          for (const [k, v] of values) lines.push(`${series(name, k)} ${formatNumber(v)}`);
+          return lines.join('\n');
+        });
+        return {
+          set: (value, labels) => void values.set(labelKey(labels), value),
+          get: (labels) => values.get(labelKey(labels)),
+          delete: (labels) => void values.delete(labelKey(labels)),
+        } satisfies Gauge;
+      }),
     beforeRender(collect) {
       collectors.push(collect);
     },
     async render() {
       await Promise.all(collectors.map((c) => c()));
-      return (await Promise.all(renderers.map((r) => r()))).join('\n') + '\n';
+      return `${renderers.map((r) => r()).join('\n')}\n`;
     },
   };
 }

@@ -3,7 +3,7 @@ import type { IntegrationEvent } from '../events/integration-event.ts';
 import type { EventRegistry } from '../events/registry.ts';
 
 /** Metadata carried to the broker as message headers (W3C trace context, correlation id). */
-export type OutboxHeaders = { traceparent?: string; correlationId?: string };
+export type OutboxHeaders = { traceparent?: string; tracestate?: string; correlationId?: string };
 
 /** The event holds text the database would not store as sent (a NUL, an unpaired surrogate); it was not stored. */
 export class UnstorableTextError extends Error {

@@ -21,7 +21,7 @@ function workspace() {
   };
 }
 
-type LogLine = { level?: string; msg?: string; error?: string; stack?: string; reason?: string };
+type LogLine = { level?: string; msg?: string; service?: string; version?: string; error?: { type?: string; message?: string; stack?: string }; reason?: string };
 const logLines = (stderr: string): LogLine[] =>
   stderr
     .split('\n')
@@ -43,12 +43,13 @@ describe('process - errors nobody handled', () => {
 
     const exit = await api.exited;
     expect(exit, api.output()).toEqual({ code: 1, signal: null });
-    const lines = logLines(api.stderr());
+    const lines = logLines(api.stdout());
     const fatal = lines.filter((l) => l.level === 'error');
     expect(fatal, api.output()).toHaveLength(1);
     expect(fatal[0]!.msg).toBe(what);
-    expect(fatal[0]!.error).toContain(message);
-    expect(fatal[0]!.stack).toMatch(/fault-entry\.ts/);
+    expect(fatal[0]!.error?.message).toContain(message);
+    expect(fatal[0]!.error?.stack).toMatch(/fault-entry\.ts/);
+    expect(fatal[0]).toMatchObject({ service: 'hono-outbox', version: expect.stringMatching(/^\d+\.\d+\.\d+/) });
     if (level === 'info')
       expect(
         lines.find((l) => l.msg === 'stopping'),
