@@ -5,7 +5,7 @@
 //   as `npm run consume -- reporting` runs it; `--subscriber inline` runs ROLES=api,relay,consumers instead).
 // Measured three ways, all from occurred_at (taken inside the command's transaction, just before its commit, so
 // every figure includes the commit itself; one machine clock, ms):
-//   commit → PubAck     the service's outbox_lag_seconds histogram, scraped at the end (it covers the warm-up
+//   commit → PubAck     the service's outbox_publish_lag_seconds histogram, scraped at the end (it covers the warm-up
 //                       too: a scrape in between is answered late by a busy server); bucket bounds only, so its
 //                       percentiles read "≤ bound"
 //   commit → sent_at    outbox.sent_at − occurred_at per row: the PubAck plus the wait for the rest of the batch's
@@ -50,11 +50,11 @@ function distribution(values: number[]) {
 
 type Buckets = Array<[leMs: number, count: number]>;
 
-/** The cumulative buckets of outbox_lag_seconds in the service's /metrics, le in ms. */
+/** The cumulative buckets of outbox_publish_lag_seconds in the service's /metrics, le in ms. */
 async function scrapeLagBuckets(url: string): Promise<Buckets> {
   try {
     const text = await (await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(10_000) })).text();
-    return [...text.matchAll(/^outbox_lag_seconds_bucket\{le="([^"]+)"\} (\d+)$/gm)].map((m) => [
+    return [...text.matchAll(/^outbox_publish_lag_seconds_bucket\{le="([^"]+)"\} (\d+)$/gm)].map((m) => [
       m[1] === '+Inf' ? Infinity : Number(m[1]) * 1000,
       Number(m[2]),
     ]);

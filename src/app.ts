@@ -1,17 +1,23 @@
 import { Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
-import { sql } from 'drizzle-orm';
+import { requestId } from 'hono/request-id';
 import { describeRoute } from 'hono-openapi';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import { isBusyError, isDatabaseUnreachable } from './db/busy.ts';
 import type { Deps } from './deps.ts';
 import { AppError, NotFoundError, ServiceUnavailableError, toProblem } from './errors.ts';
+import { accessLog } from './http/access-log.ts';
 import { mountApiDescription } from './http/api-description.ts';
 import type { Context } from './http/define-context.ts';
 import { describeQuery, jsonResponse } from './http/describe-route.ts';
+import { createReadinessCheck, type ReadinessSources } from './http/readiness.ts';
+import { requestMetrics } from './http/request-metrics.ts';
+import { serverSpan, serverSpanOf } from './http/server-span.ts';
+import type { Metrics } from './metrics/metrics.ts';
 import { readOutboxStats } from './outbox/outbox-stats.ts';
 import { DEFAULT_SERVICE_NAME } from './service-name.ts';
+import { traceFields } from './telemetry/trace-context.ts';
 
 export const MAX_BODY_BYTES = 64 * 1024;
 
@@ -24,18 +30,30 @@ export type AppOptions = {
   contexts?: readonly Context[];
   /** Serve the contexts' routes (the `api` role); false leaves only the operational endpoints. */
   api?: boolean;
-  /** Extra readiness facts (e.g. `{ nats: 'connected' }`); reported, they do not fail /ready. */
+  /** The roles this process runs and their parts, judged by /ready (default: the api role alone, or none without it). */
+  roles?: ReadinessSources;
+  /** Extra readiness facts (e.g. `{ nats: 'published by the cron trigger' }`); reported, they do not change /ready. */
   readiness?: () => Record<string, string>;
+  /** Where http_request_duration_seconds is observed; without it, requests are not measured. */
+  metrics?: Metrics;
   /** Mounts routes owned by other parts (metrics, admin, read models). */
   extend?: (app: Hono) => void;
 };
 
-/** Builds the HTTP app from its dependencies; Web Standard APIs only, so every runtime can serve `app.fetch`. */
+/**
+ * Builds the HTTP app from its dependencies; Web Standard APIs only, so every runtime can serve `app.fetch`. Every
+ * request gets an X-Request-Id (a valid incoming one is kept), a SERVER span, an access log line and, with
+ * `metrics`, its duration in http_request_duration_seconds.
+ */
 export function createApp(deps: Deps, options: AppOptions = {}): Hono {
   const app = new Hono();
 
   app.use(
     '*',
+    requestId({ limitLength: 128 }),
+    accessLog(deps.log),
+    ...(options.metrics ? [requestMetrics(options.metrics)] : []),
+    serverSpan(deps.tracer),
     bodyLimit({
       maxSize: MAX_BODY_BYTES,
       onError: () => {
@@ -48,15 +66,10 @@ export function createApp(deps: Deps, options: AppOptions = {}): Hono {
 
   app.get('/health', describeQuery('Liveness: the process answers'), (c) => c.json({ status: 'ok' }));
 
+  const ready = createReadinessCheck(deps, options.roles ?? { roles: options.api === false ? [] : ['api'] });
   app.get('/ready', describeReady, async (c) => {
-    const facts = options.readiness?.() ?? {};
-    try {
-      await deps.db.run(sql`SELECT 1`);
-      return c.json({ status: 'ready', database: 'ok', ...facts });
-    } catch (error) {
-      deps.log.warn('readiness check failed', { error: String(error) });
-      return c.json({ status: 'unavailable', database: 'unavailable', ...facts }, 503);
-    }
+    const report = await ready();
+    return c.json({ ...options.readiness?.(), ...report }, report.status === 'unavailable' ? 503 : 200);
   });
 
   app.get('/outbox/stats', describeQuery('Outbox statistics: the backlog by status'), async (c) => c.json(await readOutboxStats(deps.db, deps.clock())));
@@ -72,7 +85,9 @@ export function createApp(deps: Deps, options: AppOptions = {}): Hono {
   app.onError((error, c) => {
     const appError = toAppError(error);
     if (appError.status >= 500 && appError.status !== 503) {
-      deps.log.error('unhandled error', { path: c.req.path, error: String(error), stack: (error as Error).stack });
+      // the trace ids explicitly: where no context manager carries the span (Workers), the active context has none
+      const span = serverSpanOf(c);
+      deps.log.error('unhandled error', { path: c.req.path, request_id: c.get('requestId'), ...(span ? traceFields(span.spanContext()) : {}), error });
     }
     return c.json(toProblem(appError, c.req.path, options.service), appError.status as ContentfulStatusCode, {
       'Content-Type': 'application/problem+json',
@@ -84,8 +99,17 @@ export function createApp(deps: Deps, options: AppOptions = {}): Hono {
 }
 
 const describeReady = describeRoute({
-  summary: 'Readiness: the database answers (other facts are reported, not required)',
-  responses: { 200: jsonResponse('Ready.'), 503: jsonResponse('The database cannot be reached.') },
+  summary: 'Readiness of this process: each of its roles, and whether it can do its work',
+  description:
+    '`unavailable` (503) only when something this process must do cannot happen: the service database does not answer ' +
+    '(with the api or relay role), or one of its roles has stopped for good. `degraded` (200) when the broker is ' +
+    'unreachable, the relay has not completed a pass for longer than its threshold, a subscriber’s database is held, ' +
+    'or dead letters exist — the reasons are listed in `reasons`. Otherwise `ready`. A broker outage does not fail ' +
+    'readiness: the outbox keeps accepting commands and publishes them once the broker is back. /health is liveness.',
+  responses: {
+    200: jsonResponse('`ready`, or `degraded` with its `reasons`: the process can do its work.'),
+    503: jsonResponse('`unavailable`, with its `reasons`: the service database does not answer or a role stopped.'),
+  },
 });
 
 function toAppError(error: unknown): AppError {

@@ -24,19 +24,19 @@ export function serializeError(error: Error): Record<string, unknown> {
 const replaceErrors = (_key: string, value: unknown) => (value instanceof Error ? serializeError(value) : value);
 
 /**
- * One JSON object per line at or above `level`, written through `write` (stdout by default): time, level, `base`
+ * One JSON object per line at or above `level`, written through `write` with its level (stdout by default): time, level, `base`
  * (e.g. `{ service, version }`), msg, the active span's `trace_id`/`span_id` (read through `context`), then the
  * line's own fields. Error values anywhere in the fields are written with their type, message and stack.
  */
 export function createLogger(
   level: LogLevel = 'info',
-  write: (line: string) => void = (l) => console.log(l),
+  write: (line: string, level: Exclude<LogLevel, 'silent'>) => void = (l) => console.log(l),
   base: LogFields = {},
   context: () => LogFields | undefined = activeTraceFields,
 ): Logger {
   const at = (lvl: Exclude<LogLevel, 'silent'>) => (msg: string, fields?: LogFields) => {
     if (ORDER[lvl] < ORDER[level]) return;
-    write(JSON.stringify({ time: new Date().toISOString(), level: lvl, ...base, msg, ...context(), ...fields }, replaceErrors));
+    write(JSON.stringify({ time: new Date().toISOString(), level: lvl, ...base, msg, ...context(), ...fields }, replaceErrors), lvl);
   };
   return { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
 }

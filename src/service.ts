@@ -17,7 +17,7 @@ import type { ConsumerFaults, ConsumerRunner } from './inbox/consumer-runner.ts'
 import { createApiRole } from './roles/api.ts';
 import { createConsumersRole, type ConsumersRole } from './roles/consumers.ts';
 import { createRelayRole, type RelayRole } from './roles/relay.ts';
-import { createRoleDeps, type Housekeeping } from './roles/shared.ts';
+import { createRoleDeps, type Housekeeping, type Runtime } from './roles/shared.ts';
 
 export type ServiceIo = {
   /** The contexts, events and subscribers this service is made of (src/modules.ts, or a test's fixture). */
@@ -35,8 +35,10 @@ export type ServiceIo = {
   relayFaults?: RelayFaults;
   /** Bounds for the relay role (time limit, message count); unbounded by default. */
   relayRun?: Omit<RelayRunOptions, 'signal'>;
-  /** The service's version for /openapi.json (the entry reads package.json's). */
+  /** The service's version for /openapi.json and hono_outbox_build_info (the entry reads package.json's). */
   version?: string;
+  /** The runtime hono_outbox_build_info names (the entry passes its own; default node). */
+  runtime?: Runtime;
   /** When the periodic compactions run (default: a minute after start, then hourly). */
   compactionSchedule?: CompactionSchedule;
 };
@@ -62,6 +64,7 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
     modules: io.modules,
     log: io.log,
     ...(io.clock ? { clock: io.clock } : {}),
+    build: { service: config.SERVICE_NAME, version: io.version ?? '0.0.0', runtime: io.runtime ?? 'node' },
     outboxCommitted: {
       notify() {
         relayWake.notify();
@@ -98,16 +101,22 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
   }
   const relay = relayRole?.relay;
   const consumers = consumersRole?.runners ?? [];
+  // A role whose run ended publishes or applies nothing more: /ready says so.
+  const ended = new Set<string>();
+  const track = (key: string, run: Promise<unknown>): Promise<void> => {
+    const end = () => void ended.add(key);
+    run.then(end, end);
+    return run.then(() => undefined);
+  };
+  const running = (key: string) => () => !ended.has(key);
   const api = createApiRole(config, shared, {
-    readiness: () => ({
-      nats: relay ? relay.state() : (consumers[0]?.state() ?? 'not used by this process'),
-      ...Object.fromEntries(
-        consumers.flatMap((c) => [
-          [`consumer:${c.name}`, c.state()],
-          [`consumer:${c.name}:database`, c.databaseState()],
-        ]),
-      ),
-    }),
+    running: {
+      relay: relay && { state: relay.state, lastSuccessfulPassAt: relay.lastSuccessfulPassAt, running: running('relay') },
+      subscribers: consumersRole && {
+        runners: consumers.map((c) => ({ name: c.name, state: c.state, databaseState: c.databaseState, running: running(`consumer:${c.name}`) })),
+        backlog: consumersRole.status,
+      },
+    },
     routes: consumersRole?.routes ?? [],
     status: { relay, subscribers: consumersRole?.status },
     ...(io.version ? { version: io.version } : {}),
@@ -115,8 +124,8 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
 
   const stop = new AbortController();
   const background: Promise<void>[] = [];
-  if (relay) background.push(relay.run({ ...io.relayRun, signal: stop.signal }).then(() => undefined));
-  for (const runner of consumers) background.push(runner.run({ signal: stop.signal }).then(() => undefined));
+  if (relay) background.push(track('relay', relay.run({ ...io.relayRun, signal: stop.signal })));
+  for (const runner of consumers) background.push(track(`consumer:${runner.name}`, runner.run({ signal: stop.signal })));
   // Compaction timers run until stop, outside `background`: a bounded relay run ends its process without them.
   const schedule = io.compactionSchedule ?? HOURLY;
   const housekeeping = [api, relayRole, consumersRole].flatMap((role): Housekeeping[] => role?.housekeeping ?? []).map((h) => h(schedule, stop.signal));

@@ -44,7 +44,7 @@ export function renderMarkdown(summary: Summary): string {
     );
     out.push(row(['measure', 'p50 / p99 / max (ms)', 'events']), row(['---', '---', '---']));
     out.push(row(['POST /orders (from due time)', ms(lag.http), lag.http?.requests]));
-    out.push(row(['commit → PubAck (outbox_lag_seconds buckets)', ms(lag.commitToPubAck, true), lag.commitToPubAck?.samples]));
+    out.push(row(['commit → PubAck (outbox_publish_lag_seconds buckets)', ms(lag.commitToPubAck, true), lag.commitToPubAck?.samples]));
     out.push(row(['commit → marked sent (outbox.sent_at)', ms(lag.commitToSentAt), lag.commitToSentAt?.samples]));
     out.push(row(['commit → applied (inbox.received_at)', ms(lag.commitToApplied), lag.commitToApplied?.samples]));
     out.push('');

@@ -1,3 +1,4 @@
+import { context, ROOT_CONTEXT } from '@opentelemetry/api';
 import { sqlOf, type Database, type Tx } from './open-database.ts';
 import { DatabaseBusyError, isBusyError } from './busy.ts';
 import { sleep } from '../worker/sleep.ts';
@@ -138,9 +139,12 @@ export function createWriter(db: Database, options: { maxGroup?: number; busyTim
 
   return {
     write<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
+      // each job runs in the trace context of its caller (its spans and log lines name its request), the queue in none
+      const caller = context.active();
+      const job = caller === ROOT_CONTEXT ? fn : (tx: Tx) => context.with(caller, fn, undefined, tx);
       return new Promise<T>((resolve, reject) => {
-        queue.push({ fn, resolve: resolve as (v: unknown) => void, reject, deadline: Date.now() + budgetMs });
-        draining ??= new Promise<void>((resolve) => nextTurn(() => resolve(drain())));
+        queue.push({ fn: job, resolve: resolve as (v: unknown) => void, reject, deadline: Date.now() + budgetMs });
+        draining ??= new Promise<void>((resolve) => nextTurn(() => resolve(context.with(ROOT_CONTEXT, drain))));
       });
     },
     async idle() {

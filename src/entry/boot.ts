@@ -10,7 +10,7 @@ import { migrateDatabase, MigrationError } from '../db/migrate.ts';
 import { prepareLocalDatabase } from '../db/open-database.ts';
 import { DRIVER_BUSY_WAIT_MS, setBusyBudget } from '../db/write-lock.ts';
 import { createLogger, type Logger } from '../logger.ts';
-import { registerTraceContext } from './trace-context.ts';
+import { flushTraces, registerTraceContext } from './trace-context.ts';
 import { natsConnectionOptions, type ConnectNats } from '../nats/connect.ts';
 import type { RelayRunOptions } from '../outbox/relay.ts';
 import { createService, type Service, type ServiceIo } from '../service.ts';
@@ -18,6 +18,7 @@ import { subscriberDatabaseUrl } from '../inbox/subscriber-database.ts';
 import type { Modules } from '../compose/define-modules.ts';
 import { modules as appModules } from '../modules.ts';
 import { isStartUpRefusal } from '../roles/start-up-refusals.ts';
+import type { Runtime } from '../roles/shared.ts';
 import { exitOnFatalErrors, FATAL_STOP_TIMEOUT_MS } from './fatal-errors.ts';
 
 export const MIGRATIONS_FOLDER = fileURLToPath(new URL('../../db/migrations', import.meta.url));
@@ -126,13 +127,27 @@ export function httpPort(config: Config): number | undefined {
   return config.ROLES.includes('api') ? config.PORT : config.METRICS_PORT;
 }
 
+/** The runtime running this process, for entries that do not say (the relay, consume and test entries). */
+function detectRuntime(): Runtime {
+  const g = globalThis as { Bun?: unknown; Deno?: unknown };
+  return g.Bun !== undefined ? 'bun' : g.Deno !== undefined ? 'deno' : 'node';
+}
+
 /**
  * Loads config, opens and migrates the database, and wires the service for the configured roles: this service's
- * modules and migrations unless `modules`/`migrations` name others (a test fixture). Faults come only
- * from `options.faults` (test entries), never from the environment.
+ * modules and migrations unless `modules`/`migrations` name others (a test fixture). `runtime` (default: the one
+ * running this) is what hono_outbox_build_info names. Faults come only from `options.faults` (test entries), never
+ * from the environment.
  */
 export async function boot(
-  options: { env?: Record<string, string>; relayRun?: RelayRunOptions; faults?: BootFaults; modules?: Modules; migrations?: MigrationFolders } = {},
+  options: {
+    env?: Record<string, string>;
+    relayRun?: RelayRunOptions;
+    faults?: BootFaults;
+    modules?: Modules;
+    migrations?: MigrationFolders;
+    runtime?: Runtime;
+  } = {},
 ): Promise<Started> {
   const migrations = options.migrations ?? APP_MIGRATIONS;
   const config = loadConfigOrExit(options.env);
@@ -151,6 +166,7 @@ export async function boot(
       client,
       log,
       version,
+      runtime: options.runtime ?? detectRuntime(),
       connect: natsConnector(config, `${config.SERVICE_NAME} ${config.ROLES.join('+')}`),
       openSubscriberDb: (name) => openSubscriberDb(config, name, migrations),
       ...options.faults,
@@ -169,7 +185,7 @@ export async function boot(
 
 /**
  * Stops the service on SIGTERM/SIGINT or when its background roles end: closes the server, lets the relay
- * finish its pass, drains queued writes and exits 0. A fatal background error exits 1 with its message; an
+ * finish its pass, drains queued writes, flushes buffered spans (at most 2 s) and exits 0. A fatal background error exits 1 with its message; an
  * uncaught exception or unhandled rejection is logged with its stack, stops the same way (at most
  * FATAL_STOP_TIMEOUT_MS) and exits 1 (see fatal-errors.ts for why both are fatal).
  */
@@ -185,9 +201,10 @@ export function stopOnSignals(started: Started, closeServer: () => Promise<void>
       await closeServer();
       await started.service.stop();
       started.client.close();
+      await flushTraces();
       process.exit(failed ? 1 : code);
     } catch (error) {
-      started.log.error('stop failed', { error: String(error) });
+      started.log.error('stop failed', { error });
       process.exit(1);
     }
   };

@@ -8,7 +8,7 @@ declare const Bun: {
   };
 };
 
-const started = await boot();
+const started = await boot({ runtime: 'bun' });
 const port = httpPort(started.config);
 if (port !== undefined) {
   const server = Bun.serve({ fetch: started.service.app.fetch, port, hostname: started.config.HOST });

@@ -8,7 +8,7 @@ declare const Deno: {
   ): { shutdown(): Promise<void> };
 };
 
-const started = await boot();
+const started = await boot({ runtime: 'deno' });
 const port = httpPort(started.config);
 if (port !== undefined) {
   const server = Deno.serve(

@@ -2,5 +2,5 @@
 import { boot, stopOnSignals } from './boot.ts';
 import { serveOnNode } from './serve-node.ts';
 
-const started = await boot();
+const started = await boot({ runtime: 'node' });
 stopOnSignals(started, serveOnNode(started));

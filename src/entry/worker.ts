@@ -62,7 +62,8 @@ function openRemoteClient(config: Config): Client {
  */
 function createRequestApp(config: Config, client: Client, log: Logger, version: string | undefined): Hono {
   // No relay lives in this isolate: a commit is published at the next cron tick.
-  const shared = createRoleDeps(createDatabase(client), { modules, log });
+  const build = { service: config.SERVICE_NAME, version: version ?? '0.0.0', runtime: 'workerd' as const };
+  const shared = createRoleDeps(createDatabase(client), { modules, log, build });
   return createApiRole(config, shared, { readiness: () => ({ nats: 'published by the cron trigger' }), ...(version ? { version } : {}) }).app;
 }
 
@@ -85,7 +86,7 @@ function wsConnector(config: Config): ConnectNats {
  */
 export async function runScheduledRelay(env: WorkerEnv): Promise<RelayRunSummary> {
   const config = configFrom(env);
-  const log = createLogger(config.LOG_LEVEL, undefined, { service: config.SERVICE_NAME, version: env.SERVICE_VERSION ?? '0.0.0' });
+  const log = createLogger(config.LOG_LEVEL, consoleByLevel, { service: config.SERVICE_NAME, version: env.SERVICE_VERSION ?? '0.0.0' });
   if (!/^wss?:\/\//.test(config.NATS_URL)) throw new ConfigError('Invalid configuration: NATS_WS_URL must be a ws:// or wss:// URL in a worker');
   const client = openRemoteClient(config);
   const timeLimitMs = Number(env.RELAY_TIME_LIMIT_MS ?? DEFAULT_RELAY_TIME_LIMIT_MS) || DEFAULT_RELAY_TIME_LIMIT_MS;
@@ -96,7 +97,7 @@ export async function runScheduledRelay(env: WorkerEnv): Promise<RelayRunSummary
     log.info('relay pass done', { ...summary });
     return summary;
   } catch (error) {
-    log.error('relay pass failed', { error: String(error) });
+    log.error('relay pass failed', { error });
     throw error;
   } finally {
     client.close();
@@ -108,6 +109,10 @@ function misconfigured(path: string): Response {
   const error = new AppError(500, 'misconfigured', 'Service misconfigured', 'The service is not configured; see the worker log.');
   return new Response(JSON.stringify(toProblem(error, path)), { status: 500, headers: { 'Content-Type': 'application/problem+json' } });
 }
+
+/** Workers keep a line's level from the console method that wrote it. */
+const consoleByLevel = (line: string, level: 'debug' | 'info' | 'warn' | 'error') =>
+  level === 'error' ? console.error(line) : level === 'warn' ? console.warn(line) : level === 'debug' ? console.debug(line) : console.info(line);
 
 export default {
   async fetch(request: Request, env: WorkerEnv, ctx: ExecutionContext): Promise<Response> {
@@ -121,11 +126,12 @@ export default {
     }
     const client = openRemoteClient(config);
     try {
-      return await createRequestApp(config, client, createLogger(config.LOG_LEVEL, undefined, { service: config.SERVICE_NAME, version: env.SERVICE_VERSION ?? '0.0.0' }), env.SERVICE_VERSION).fetch(
-        request,
-        env,
-        ctx as never,
-      );
+      return await createRequestApp(
+        config,
+        client,
+        createLogger(config.LOG_LEVEL, consoleByLevel, { service: config.SERVICE_NAME, version: env.SERVICE_VERSION ?? '0.0.0' }),
+        env.SERVICE_VERSION,
+      ).fetch(request, env, ctx as never);
     } finally {
       client.close();
     }

@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { CORRELATION, TRACEPARENT } from '../http/trace-headers.ts';
+import { CORRELATION } from '../outbox/event-headers.ts';
+import { TRACEPARENT } from '../telemetry/trace-context.ts';
 import type { EventCatalog } from './define-events.ts';
 import { IntegrationEventEnvelope, SubjectToken } from './integration-event.ts';
 
@@ -42,8 +43,16 @@ function headersOf(type: string, aggregate: string): z.ZodType {
       .describe('aggregateVersion in decimal.'),
     'Occurred-At': envelope.occurredAt,
     'Content-Type': z.literal('application/json'),
-    traceparent: z.string().regex(TRACEPARENT).describe('W3C trace context of the command that stored the event, when it had one.').optional(),
-    'Correlation-Id': z.string().regex(CORRELATION).describe('The X-Correlation-Id (or X-Request-Id) of the command, when it had one.').optional(),
+    traceparent: z
+      .string()
+      .regex(TRACEPARENT)
+      .describe("W3C trace context of the relay's publish span: a child of the command's request span, in the caller's trace when the request carried one."),
+    tracestate: z.string().describe('W3C tracestate carried along from the request, when it had one.').optional(),
+    'Correlation-Id': z
+      .string()
+      .regex(CORRELATION)
+      .describe("The command's X-Correlation-Id, else its request id (X-Request-Id); absent on events stored without a request.")
+      .optional(),
   });
 }
 

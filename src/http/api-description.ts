@@ -44,13 +44,14 @@ const components = {
     Traceparent: {
       name: 'traceparent',
       in: 'header' as const,
-      description: 'W3C Trace Context; a valid value travels with the command’s events (outbox rows and NATS headers).',
+      description:
+        'W3C Trace Context (with `tracestate`): the request’s server span continues a valid value (else starts a trace), and its context travels with the command’s events (outbox rows and NATS headers).',
       schema: { type: 'string' as const, pattern: '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' },
     },
     CorrelationId: {
       name: 'X-Correlation-Id',
       in: 'header' as const,
-      description: 'A correlation id (X-Request-Id is read too) that travels with the command’s events.',
+      description: 'A correlation id that travels with the command’s events; without a valid one, the request id (X-Request-Id) does.',
       schema: { type: 'string' as const, minLength: 1, maxLength: 128 },
     },
   },

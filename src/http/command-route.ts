@@ -69,8 +69,8 @@ export function createCommand(
 /**
  * The handlers of a command route, to spread after its path: `app.post('/:id/cancel', ...commandRoute(deps, Body, cancel))`.
  * Requires a JSON body (415 otherwise; `emptyBody` lets a missing or empty body through as `{}`), validates it
- * (400 problem with the zod issues), honours Idempotency-Key, carries `traceparent` and the correlation id into the
- * outbox rows, runs `handler` inside the writer (so it shares a group commit), answers after the commit, and wakes
+ * (400 problem with the zod issues), honours Idempotency-Key, stores the request's server-span trace context and
+ * its correlation id with the outbox rows (outboxHeadersFrom), runs `handler` inside the writer (so it shares a group commit), answers after the commit, and wakes
  * the relay when something new was committed. It also describes the route for /openapi.json (describeCommand;
  * the summary defaults to the handler's name in words).
  */

@@ -1,17 +1,20 @@
 import type { Context } from 'hono';
 import type { OutboxHeaders } from '../outbox/append-to-outbox.ts';
+import { CORRELATION } from '../outbox/event-headers.ts';
+import { parseTraceHeaders, traceHeadersOf } from '../telemetry/trace-context.ts';
+import { serverSpanOf } from './server-span.ts';
 
-/** A W3C trace context `traceparent` header value. */
-export const TRACEPARENT = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
-/** A correlation id carried along: 1 to 128 printable ASCII characters. */
-export const CORRELATION = /^[\x21-\x7e]{1,128}$/;
-
-/** Picks a valid W3C `traceparent` and a correlation id from the request, to travel with the outbox rows. */
+/**
+ * The headers a command's outbox rows carry: the trace context of the request's SERVER span (so the relay's
+ * producer span becomes its child; the incoming `traceparent`/`tracestate` in an app without serverSpan) and the
+ * correlation id — a valid X-Correlation-Id, else the request id (requestId middleware, or a valid X-Request-Id).
+ */
 export function outboxHeadersFrom(c: Context): OutboxHeaders {
-  const headers: OutboxHeaders = {};
-  const tp = c.req.header('traceparent');
-  if (tp && TRACEPARENT.test(tp)) headers.traceparent = tp;
-  const cid = c.req.header('X-Correlation-Id') ?? c.req.header('X-Request-Id');
-  if (cid && CORRELATION.test(cid)) headers.correlationId = cid;
+  const sc = serverSpanOf(c)?.spanContext() ?? parseTraceHeaders(c.req.header('traceparent'), c.req.header('tracestate'));
+  const headers: OutboxHeaders = sc ? traceHeadersOf(sc) : {};
+  const correlationId = [c.req.header('X-Correlation-Id'), c.get('requestId'), c.req.header('X-Request-Id')].find(
+    (id) => id !== undefined && CORRELATION.test(id),
+  );
+  if (correlationId) headers.correlationId = correlationId;
   return headers;
 }

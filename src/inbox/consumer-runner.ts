@@ -1,3 +1,4 @@
+import type { Tracer } from '@opentelemetry/api';
 import type { Database } from '../db/open-database.ts';
 import { createWriter, type Writer } from '../db/writer.ts';
 import type { EventRegistry } from '../events/registry.ts';
@@ -29,6 +30,8 @@ export type ConsumerRunnerOptions = Subscriber & {
   log: Logger;
   /** Registry the inbox metrics are registered on. */
   metrics: Metrics;
+  /** Starts each message's CONSUMER span (default: the global OpenTelemetry tracer, a no-op until an SDK is registered). */
+  tracer?: Tracer;
   connect: ConnectNats;
   /** The same stream settings as the relay: the runner creates the stream when it starts first. */
   stream: StreamSettings;
@@ -85,17 +88,20 @@ export function createConsumerRunner(o: ConsumerRunnerOptions): ConsumerRunner {
   const backoff = { baseMs: o.backoffBaseMs ?? 1000, maxMs: o.maxBackoffMs ?? 30_000, random: o.random };
   // Well inside ack_wait, even when a synchronous database call holds up the timer for a while.
   const heartbeatMs = Math.max(50, Math.floor(ackWaitMs / 4));
+  const durableName = o.durableName ?? o.name;
   const inbox = createInboxDeps(o, {
     writer: o.writer ?? createWriter(o.db),
     registry: o.registry,
     metrics: o.metrics,
     maxDeliver,
+    durableName,
+    ...(o.tracer ? { tracer: o.tracer } : {}),
     ...(o.clock ? { clock: o.clock } : {}),
   });
   const processBatch = o.processBatch ?? ((msgs: InboxMessage[]) => handleBatch(inbox, msgs));
   const consumerSettings: ConsumerSettings = {
     stream: o.stream.name,
-    name: o.durableName ?? o.name,
+    name: durableName,
     filterSubjects: subscriberAggregates(o, o.registry).map((t) => `${o.stream.prefix}.${t}.>`),
     ackWaitMs,
     // The broker redelivers without limit: a message it stopped redelivering after max_deliver crashes or

@@ -1,12 +1,15 @@
+import { type Span, type SpanContext, type Tracer, trace } from '@opentelemetry/api';
 import { isInfrastructureError } from '../db/infrastructure-error.ts';
 import type { Tx } from '../db/open-database.ts';
 import type { Writer } from '../db/writer.ts';
 import type { IntegrationEvent } from '../events/integration-event.ts';
 import type { EventRegistry } from '../events/registry.ts';
+import { TRACER_NAME } from '../deps.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import { decodeMessage, type InboxMessage } from './inbox-message.ts';
-import { createInboxMetrics, type InboxMetrics } from './inbox-metrics.ts';
+import { createInboxMetrics, type InboxMetrics, startInboxCounters } from './inbox-metrics.ts';
 import { claimInboxRows, insertInboxRow, storeDeadLetter } from './inbox-store.ts';
+import { endMessageSpan, failSpan, runInSpan, startMessageSpan } from './message-span.ts';
 import type { Subscriber, SubscriberHandler } from './subscriber.ts';
 
 /** A failing handler is tried this many times (counted from the message's deliveries) before the inbox dead-letters it. */
@@ -26,13 +29,23 @@ export type InboxDeps = {
   metrics: InboxMetrics;
   /** The consumer's max_deliver: a handler failure on this attempt (or later) dead-letters the message. */
   maxDeliver: number;
+  /** Starts each message's CONSUMER span. */
+  tracer: Tracer;
+  /** The durable consumer's name: the spans' `messaging.consumer.group.name`. */
+  durableName: string;
 };
 
-/** InboxDeps of `subscriber` (for handleOnce, replayDeadLetters, a CLI) with the counters registered on `metrics`. */
+/**
+ * InboxDeps of `subscriber` (for handleOnce, replayDeadLetters, a CLI) with its counters registered on `metrics` and
+ * started at 0; spans through `tracer` (default: the global OpenTelemetry tracer) named after `durableName` (default:
+ * the subscriber's name).
+ */
 export function createInboxDeps(
   subscriber: Subscriber,
-  parts: { writer: Writer; registry: EventRegistry; metrics: Metrics; clock?: () => Date; maxDeliver?: number },
+  parts: { writer: Writer; registry: EventRegistry; metrics: Metrics; clock?: () => Date; maxDeliver?: number; tracer?: Tracer; durableName?: string },
 ): InboxDeps {
+  const metrics = createInboxMetrics(parts.metrics);
+  startInboxCounters(metrics, subscriber.name);
   return {
     consumer: subscriber.name,
     writer: parts.writer,
@@ -43,21 +56,24 @@ export function createInboxDeps(
         types.has(type)
     )(new Set(subscriber.types)),
     clock: parts.clock ?? (() => new Date()),
-    metrics: createInboxMetrics(parts.metrics),
+    metrics,
     maxDeliver: parts.maxDeliver ?? DEFAULT_MAX_DELIVER,
+    tracer: parts.tracer ?? trace.getTracer(TRACER_NAME),
+    durableName: parts.durableName ?? subscriber.name,
   };
 }
 
 /**
  * What happened to a message; the caller acks `processed`/`duplicate`, terms `dead-lettered`, tries `retry` again
- * after a delay, and keeps `deferred` (not attempted) until the earlier message of its subject is settled.
+ * after a delay, and keeps `deferred` (not attempted) until the earlier message of its subject is settled. A failure
+ * carries the context of the message's span (`span`), for the caller's log line about it.
  */
 export type InboxResult =
   | { outcome: 'processed'; eventId: string }
   | { outcome: 'duplicate'; eventId: string }
   | { outcome: 'ignored'; eventId: string }
-  | { outcome: 'dead-lettered'; eventId: string; error: string }
-  | { outcome: 'retry'; eventId: string; error: string }
+  | { outcome: 'dead-lettered'; eventId: string; error: string; span?: SpanContext }
+  | { outcome: 'retry'; eventId: string; error: string; span?: SpanContext }
   | { outcome: 'deferred'; eventId: string };
 
 export type InboxOutcome = InboxResult['outcome'];
@@ -89,7 +105,8 @@ export async function handleOnce(deps: InboxDeps, msg: InboxMessage): Promise<In
   return result!;
 }
 
-type Valid = { i: number; msg: InboxMessage; event: IntegrationEvent };
+/** A decodable message of a handled type; `fresh` is what the latest attempt's inbox claim found (new or not). */
+type Valid = { i: number; msg: InboxMessage; event: IntegrationEvent; span: Span; fresh?: boolean };
 type Doomed = { i: number; msg: InboxMessage; eventId: string; error: string };
 
 /** The handler of `rest[index]` threw: the pass is rolled back and that message leaves the batch. */
@@ -108,7 +125,7 @@ class HandlerFailed extends Error {
  * - the inbox rows of the whole batch are claimed with multi-row inserts and the handler runs for the new events,
  *   all in ONE write (no savepoint per message: the common case costs one statement per event plus its effect);
  * - an event already in the inbox is a `duplicate` (acked, not applied again);
- * - a registered event of a type the subscriber does not apply is `ignored` (acked, no inbox row, not counted);
+ * - a registered event of a type the subscriber does not apply is `ignored` (acked, no inbox row);
  * - a body that is not JSON, an unregistered type or an invalid payload is stored as a dead letter at once;
  * - a handler that throws rolls back the whole attempt; that message comes back as `retry` (or, on attempt
  *   maxDeliver, is dead-lettered with the error), the later messages of its subject (its aggregate) as `deferred`,
@@ -117,56 +134,82 @@ class HandlerFailed extends Error {
  * - a handler error that is an infrastructure error of the database (isInfrastructureError), and any failure
  *   to write or commit, rejects: nothing of the batch committed and no message is charged with a failure; the
  *   caller tries the same messages again once the database takes writes.
+ * Each message gets a CONSUMER span (see startMessageSpan), active while its handler runs and ended with its
+ * outcome once the write is over: after the commit, or — when the write rejects — as a `retry` with ERROR status
+ * (the next call starts new spans). Each handler call is timed in `inbox_handler_duration_seconds`.
  * The first write is queued synchronously, so batches handed over in delivery order are applied in that order.
  */
 export async function handleBatch(deps: InboxDeps, msgs: InboxMessage[]): Promise<InboxResult[]> {
   const results: InboxResult[] = new Array(msgs.length);
+  const spans: Span[] = new Array(msgs.length);
   let rest: Valid[] = [];
   const doomed: Doomed[] = [];
   msgs.forEach((msg, i) => {
     const decoded = decodeMessage(deps.registry, msg);
+    const span = startMessageSpan(deps.tracer, msg, decoded.ok ? decoded.event : { eventId: decoded.eventId }, deps.durableName);
+    spans[i] = span;
     if (decoded.ok && !deps.handles(decoded.event.type)) results[i] = { outcome: 'ignored', eventId: decoded.event.eventId };
-    else if (decoded.ok) rest.push({ i, msg, event: decoded.event });
-    else doomed.push({ i, msg, eventId: decoded.eventId, error: decoded.error });
+    else if (decoded.ok) rest.push({ i, msg, event: decoded.event, span });
+    else {
+      failSpan(span, undefined, decoded.error);
+      doomed.push({ i, msg, eventId: decoded.eventId, error: decoded.error });
+    }
   });
 
-  while (rest.length > 0 || doomed.length > 0) {
-    let fresh: Set<number>;
-    try {
-      fresh = await deps.writer.write((tx) => attempt(tx, deps, rest, doomed));
-    } catch (error) {
-      if (!(error instanceof HandlerFailed)) throw error;
-      const failed = rest[error.index]!;
-      const behind = (r: Valid, k: number) => k > error.index && r.msg.subject === failed.msg.subject;
-      rest.forEach((r, k) => {
-        if (behind(r, k)) results[r.i] = { outcome: 'deferred', eventId: r.event.eventId };
-      });
-      rest = rest.filter((r, k) => k !== error.index && !behind(r, k));
-      if (failed.msg.deliveryCount < deps.maxDeliver) {
-        results[failed.i] = { outcome: 'retry', eventId: failed.event.eventId, error: error.message };
-      } else {
-        const final = `failed on ${failed.msg.deliveryCount} deliveries (max_deliver ${deps.maxDeliver}); last error: ${error.message}`;
-        doomed.push({ i: failed.i, msg: failed.msg, eventId: failed.event.eventId, error: final });
+  try {
+    while (rest.length > 0 || doomed.length > 0) {
+      try {
+        await deps.writer.write((tx) => attempt(tx, deps, rest, doomed));
+        break;
+      } catch (error) {
+        if (!(error instanceof HandlerFailed)) throw error;
+        const failed = rest[error.index]!;
+        failSpan(failed.span, error.failure, error.message);
+        const behind = (r: Valid, k: number) => k > error.index && r.msg.subject === failed.msg.subject;
+        rest.forEach((r, k) => {
+          if (behind(r, k)) results[r.i] = { outcome: 'deferred', eventId: r.event.eventId };
+          else if (k !== error.index) r.span.addEvent('inbox.attempt_rolled_back', { 'inbox.failed_message.id': failed.event.eventId });
+        });
+        rest = rest.filter((r, k) => k !== error.index && !behind(r, k));
+        if (failed.msg.deliveryCount < deps.maxDeliver) {
+          results[failed.i] = { outcome: 'retry', eventId: failed.event.eventId, error: error.message, span: failed.span.spanContext() };
+        } else {
+          const final = `failed on ${failed.msg.deliveryCount} deliveries (max_deliver ${deps.maxDeliver}); last error: ${error.message}`;
+          doomed.push({ i: failed.i, msg: failed.msg, eventId: failed.event.eventId, error: final });
+        }
       }
-      continue;
     }
-    const labels = { consumer: deps.consumer };
-    rest.forEach((r, k) => {
-      const applied = fresh.has(k);
-      results[r.i] = { outcome: applied ? 'processed' : 'duplicate', eventId: r.event.eventId };
-      (applied ? deps.metrics.processed : deps.metrics.duplicates).inc(labels);
-    });
-    for (const d of doomed) {
-      results[d.i] = { outcome: 'dead-lettered', eventId: d.eventId, error: d.error };
-      deps.metrics.deadLetters.inc(labels);
+  } catch (error) {
+    // nothing committed: every span of this call ends as a failed attempt; the caller writes the batch again
+    for (const span of spans) {
+      failSpan(span, error, `the write failed: ${describeError(error)}`);
+      endMessageSpan(span, 'retry');
     }
-    break;
+    throw error;
   }
+  for (const r of rest) results[r.i] = { outcome: r.fresh ? 'processed' : 'duplicate', eventId: r.event.eventId };
+  for (const d of doomed) results[d.i] = { outcome: 'dead-lettered', eventId: d.eventId, error: d.error, span: spans[d.i]!.spanContext() };
+  const labels = { consumer: deps.consumer };
+  results.forEach((r, i) => {
+    const counter = COUNTED[r.outcome];
+    if (counter) deps.metrics[counter].inc(labels);
+    endMessageSpan(spans[i]!, r.outcome);
+  });
   return results;
 }
 
-/** One all-or-nothing pass: dead letters, inbox claims, then the handler for each new event in order. */
-async function attempt(tx: Tx, deps: InboxDeps, rest: Valid[], doomed: Doomed[]): Promise<Set<number>> {
+const COUNTED: Partial<Record<InboxOutcome, 'processed' | 'duplicates' | 'ignored' | 'deadLetters'>> = {
+  processed: 'processed',
+  duplicate: 'duplicates',
+  ignored: 'ignored',
+  'dead-lettered': 'deadLetters',
+};
+
+/**
+ * One all-or-nothing pass: dead letters, inbox claims, then the handler for each new event in order, with its span
+ * active. Sets each message's `fresh`: false for an event claimed before (or by an earlier copy in this batch).
+ */
+async function attempt(tx: Tx, deps: InboxDeps, rest: Valid[], doomed: Doomed[]): Promise<void> {
   const now = deps.clock().getTime();
   for (const d of doomed) await storeDeadLetter(tx, { eventId: d.eventId, consumer: deps.consumer, msg: d.msg, error: d.error, deadAt: now });
   const claimed = await claimInboxRows(
@@ -175,17 +218,19 @@ async function attempt(tx: Tx, deps: InboxDeps, rest: Valid[], doomed: Doomed[])
     rest.map((r) => ({ eventId: r.event.eventId, messageType: r.event.type })),
     now,
   );
-  const fresh = new Set<number>();
+  const labels = { consumer: deps.consumer };
   for (let k = 0; k < rest.length; k++) {
-    const { event } = rest[k]!;
-    if (!claimed.delete(event.eventId)) continue; // applied before, or an earlier copy in this batch
-    fresh.add(k);
+    const r = rest[k]!;
+    r.fresh = claimed.delete(r.event.eventId); // false: applied before, or an earlier copy in this batch
+    if (!r.fresh) continue;
+    const started = performance.now();
     try {
-      await deps.handle(tx, event);
+      await runInSpan(r.span, () => deps.handle(tx, r.event));
     } catch (error) {
       if (isInfrastructureError(error)) throw error; // the database failed, not the handler: nobody is charged
       throw new HandlerFailed(k, error);
+    } finally {
+      deps.metrics.handlerDuration.observe((performance.now() - started) / 1000, labels);
     }
   }
-  return fresh;
 }

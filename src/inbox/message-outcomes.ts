@@ -1,4 +1,5 @@
 import type { Logger } from '../logger.ts';
+import { traceFields } from '../telemetry/trace-context.ts';
 import { backoffDelay, type BackoffSettings } from '../worker/backoff.ts';
 import type { InboxResult } from './handle-once.ts';
 import type { HeldMessage } from './held-messages.ts';
@@ -41,6 +42,7 @@ const COUNTERS = { processed: 'processed', duplicate: 'duplicates', ignored: 'ig
  * dead-lettered (its dead letter committed) is terminated; a handler failure (`retry`) stays held, first of its
  * subject, and is not taken again before a delay that grows with its attempt (`msg.deliveryCount`); deferred
  * (behind such a failure in the same write, not attempted) stays held as it was. Call only after the write committed.
+ * The lines logged about a message name its span (`trace_id`, `span_id`): they are written outside its context.
  */
 export function createOutcomes(
   d: { consumer: string; log: Logger; retryDelay: BackoffSettings },
@@ -58,7 +60,13 @@ export function createOutcomes(
       case 'dead-lettered':
         answers.term(h);
         summary.deadLettered++;
-        d.log.warn('consumer: message dead-lettered', { consumer: d.consumer, eventId: result.eventId, attempts: msg.deliveryCount, error: result.error });
+        d.log.warn('consumer: message dead-lettered', {
+          ...(result.span && traceFields(result.span)),
+          consumer: d.consumer,
+          eventId: result.eventId,
+          attempts: msg.deliveryCount,
+          error: result.error,
+        });
         break;
       case 'retry': {
         h.failures++;
@@ -66,6 +74,7 @@ export function createOutcomes(
         h.retryAt = Date.now() + delay;
         summary.retried++;
         d.log.warn('consumer: message failed; retrying it, the later events of its aggregate wait', {
+          ...(result.span && traceFields(result.span)),
           consumer: d.consumer,
           eventId: result.eventId,
           attempt: msg.deliveryCount,

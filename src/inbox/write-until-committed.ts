@@ -51,10 +51,15 @@ export function createBatchWrites(d: {
           if (state === 'ok') {
             state = 'unavailable';
             d.metrics.databaseAvailable.set(0, labels);
-            const fields = { consumer: d.consumer, messages: msgs.length, error: describeError(error) };
+            const fields = { consumer: d.consumer, messages: msgs.length };
             if (isInfrastructureError(error))
-              d.log.warn('consumer: its database cannot take writes; holding the messages (no delivery spent) and retrying the same write', fields);
-            else d.log.error('consumer: a write failed for a reason other than a handler; holding the messages and retrying the same write', fields);
+              d.log.warn('consumer: its database cannot take writes; holding the messages (no delivery spent) and retrying the same write', {
+                ...fields,
+                error: describeError(error),
+              });
+            // not an expected outage: a bug until shown otherwise, so its stack goes to the log
+            else
+              d.log.error('consumer: a write failed for a reason other than a handler; holding the messages and retrying the same write', { ...fields, error });
           }
           if (signal.aborted) return undefined;
           await outage.backOff(signal);

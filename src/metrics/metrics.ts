@@ -12,8 +12,11 @@ export type Gauge = { set(value: number, labels?: Labels): void; get(labels?: La
 export type Metrics = {
   /** A counter named `name` (registered once; later calls return the same one). */
   counter(name: string, help: string): Counter;
-  /** A histogram named `name` with upper bounds `buckets` (registered once; later calls return the same one). */
-  histogram(name: string, help: string, buckets: number[]): Histogram;
+  /**
+   * A histogram named `name` with upper bounds `buckets` (registered once; later calls return the same one). One
+   * without `labelled` shows an empty series before its first observation; a labelled one shows none until then.
+   */
+  histogram(name: string, help: string, buckets: number[], options?: { labelled?: boolean }): Histogram;
   /** A gauge named `name` (registered once; later calls return the same one). */
   gauge(name: string, help: string): Gauge;
   /** Registers work run before each render, e.g. reading gauges from the database once per scrape. */
@@ -54,7 +57,10 @@ export function createMetrics(): Metrics {
     registered.set(name, { kind, metric });
     return metric;
   };
-  const header = (name: string, help: string, type: string) => [`# HELP ${name} ${help.replace(/\\/g, '\\\\').replace(/\n/g, '\\n')}`, `# TYPE ${name} ${type}`];
+  const header = (name: string, help: string, type: string) => [
+    `# HELP ${name} ${help.replace(/\\/g, '\\\\').replace(/\n/g, '\\n')}`,
+    `# TYPE ${name} ${type}`,
+  ];
 
   return {
     counter: (name, help) =>
@@ -74,7 +80,7 @@ export function createMetrics(): Metrics {
           get: (labels) => values.get(labelKey(labels)) ?? 0,
         } satisfies Counter;
       }),
-    histogram: (name, help, buckets) =>
+    histogram: (name, help, buckets, options) =>
       once(name, 'histogram', () => {
         const sorted = [...buckets].sort((a, b) => a - b);
         const all = new Map<string, HistogramSeries>();
@@ -86,10 +92,14 @@ export function createMetrics(): Metrics {
         };
         renderers.push(() => {
           const lines = header(name, help, 'histogram');
-          if (all.size === 0) seriesOf();
+          if (all.size === 0 && !options?.labelled) seriesOf();
           for (const [k, s] of all) {
             sorted.forEach((b, i) => lines.push(`${series(`${name}_bucket`, k, `le="${b}"`)} ${s.counts[i]}`));
-            lines.push(`${series(`${name}_bucket`, k, 'le="+Inf"')} ${s.total}`, `${series(`${name}_sum`, k)} ${s.sum}`, `${series(`${name}_count`, k)} ${s.total}`);
+            lines.push(
+              `${series(`${name}_bucket`, k, 'le="+Inf"')} ${s.total}`,
+              `${series(`${name}_sum`, k)} ${s.sum}`,
+              `${series(`${name}_count`, k)} ${s.total}`,
+            );
           }
           return lines.join('\n');
         });

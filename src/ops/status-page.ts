@@ -80,7 +80,7 @@ export const STATUS_PAGE_HTML = `<!doctype html>
 <div><dt>Publish lag p99</dt><dd id="lag-p99">—</dd></div>
 <div><dt>Published</dt><dd id="lag-observed">—</dd></div>
 </dl>
-<p class="note">Publish lag: from an event occurring to the broker's acknowledgement, estimated from the outbox_lag_seconds buckets since this process started.</p>
+<p class="note">Publish lag: from an event occurring to the broker's acknowledgement, estimated from the outbox_publish_lag_seconds buckets since this process started.</p>
 </div>
 </section>
 <section aria-labelledby="subscribers-heading">

@@ -14,7 +14,7 @@ export type StatusSources = {
   /** Whether the admin routes exist (ADMIN_TOKEN set): the page offers its actions only then. */
   admin: boolean;
   recentLogs: RecentLogs;
-  /** With the relay role: its broker state and its `outbox_lag_seconds` histogram. */
+  /** With the relay role: its broker state and its `outbox_publish_lag_seconds` histogram. */
   relay?: { state(): BrokerState; lag: Histogram } | undefined;
   /** With the consumers role: its subscribers. */
   subscribers?: (() => Promise<SubscriberStatus[]>) | undefined;

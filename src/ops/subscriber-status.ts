@@ -1,12 +1,15 @@
-// Each subscriber's backlog for the status page: what its durable consumer still has to deliver (one JetStream API
-// request per subscriber) and how many dead letters it keeps (a bounded count), read at most once per few seconds.
+// Each subscriber's backlog for the status page and /metrics: what its durable consumer still has to deliver (one
+// JetStream API request per subscriber) and how many dead letters it keeps (a bounded count), read at most once per
+// few seconds.
 import { jetstreamManager, JetStreamApiError, type JetStreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/nats-core';
 import type { Database } from '../db/open-database.ts';
 import type { DatabaseState } from '../inbox/write-until-committed.ts';
+import type { Metrics } from '../metrics/metrics.ts';
 import type { ConnectNats } from '../nats/connect.ts';
 import type { BrokerState } from '../worker/broker-state.ts';
 import { cacheFor } from './cache-for.ts';
+import { within } from '../worker/within.ts';
 
 /** Dead letters are counted up to this many; past it the page says "1000+". */
 export const DEAD_LETTER_COUNT_CAP = 1000;
@@ -132,4 +135,34 @@ export function createSubscriberStatus(o: {
       await c?.close().catch(() => undefined);
     },
   };
+}
+
+/**
+ * Registers inbox_consumer_pending_messages, inbox_consumer_ack_pending_messages and inbox_dead_letter_messages
+ * {consumer}, set before each scrape from `status` (so from counts at most its ttl old). A scrape waits at most
+ * `waitMs` (default 1000) for them; a count the broker or the database cannot give by then is left out of that
+ * scrape rather than shown stale or as 0 (the read goes on, and a later scrape shows its result). Dead letters are
+ * counted up to DEAD_LETTER_COUNT_CAP.
+ */
+export function registerSubscriberGauges(metrics: Metrics, status: Pick<SubscriberStatusReader, 'read'>, options: { waitMs?: number } = {}): void {
+  const gauges = {
+    pending: metrics.gauge('inbox_consumer_pending_messages', "Messages of a subscriber's filter its durable consumer has not delivered yet (num_pending)."),
+    ackPending: metrics.gauge('inbox_consumer_ack_pending_messages', 'Messages delivered to a subscriber and not acknowledged yet (num_ack_pending).'),
+    deadLetters: metrics.gauge('inbox_dead_letter_messages', `Dead letters a subscriber keeps, counted up to ${DEAD_LETTER_COUNT_CAP}.`),
+  };
+  const shown = new Set<string>();
+  metrics.beforeRender(async () => {
+    const read = await within(status.read(), options.waitMs ?? 1000);
+    const fresh = new Map((read ?? []).map((s) => [s.name, s]));
+    for (const consumer of new Set([...shown, ...fresh.keys()])) {
+      const s = fresh.get(consumer);
+      const labels = { consumer };
+      for (const key of ['pending', 'ackPending', 'deadLetters'] as const) {
+        const value = s?.[key];
+        if (value === null || value === undefined) gauges[key].delete(labels);
+        else gauges[key].set(value, labels);
+      }
+      if (s) shown.add(consumer);
+    }
+  });
 }

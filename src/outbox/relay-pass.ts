@@ -1,14 +1,18 @@
 import type { MsgHdrs } from '@nats-io/nats-core';
 import type { JetStreamClient, PubAck } from '@nats-io/jetstream';
+import type { Span, Tracer } from '@opentelemetry/api';
 import type { Database } from '../db/open-database.ts';
 import type { Writer } from '../db/writer.ts';
 import type { EventRegistry } from '../events/registry.ts';
+import type { Logger } from '../logger.ts';
 import { eventSubject } from '../nats/stream-settings.ts';
+import { traceFields, traceHeadersOf } from '../telemetry/trace-context.ts';
 import { backoffDelay } from '../worker/backoff.ts';
 import { eventHeaders } from './event-headers.ts';
-import type { OutboxMetrics } from './outbox-metrics.ts';
+import type { OutboxMetrics, PublishErrorReason } from './outbox-metrics.ts';
 import { createInFlight } from './in-flight.ts';
 import { isBrokerUnavailable } from './publish-errors.ts';
+import { endPublishSpan, failPublishSpan, startPublishSpan } from './publish-span.ts';
 import { aggregateKey, fetchPending, markSent, recordFailure, type Floor, type PendingRow } from './relay-store.ts';
 
 export type RelayPassSettings = {
@@ -39,6 +43,9 @@ export type RelayPassDeps = {
   writer: Writer;
   registry: EventRegistry;
   clock: () => Date;
+  log: Logger;
+  /** Starts each publish's PRODUCER span, whose context the message carries as `traceparent`/`tracestate`. */
+  tracer: Tracer;
   metrics: OutboxMetrics;
   settings: RelayPassSettings;
   random?: () => number;
@@ -75,24 +82,44 @@ export type RelayPassOptions = {
   deferMark?: boolean;
 };
 
-type Prepared = { subject: string; data: Uint8Array; headers: MsgHdrs };
+type Prepared = { data: Uint8Array; headers: MsgHdrs };
 
 const encoder = new TextEncoder();
 
-/** Builds subject, body and headers of a row, or throws the permanent error that keeps it from being published. */
-function prepare(row: PendingRow, registry: EventRegistry, s: RelayPassSettings): Prepared {
+/** The headers stored with a row (trace context, correlation id); undefined when they are not a JSON object. */
+function storedHeaders(text: string): Record<string, unknown> | undefined {
+  try {
+    const value: unknown = JSON.parse(text || '{}');
+    return typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Builds body and headers of a row, the message carrying `span`'s trace context, or throws the permanent error
+ * that keeps it from being published. Stored headers that are no JSON object, or hold no valid correlation id, only
+ * lose those headers: the trace starts anew at the publish span.
+ */
+function prepare(row: PendingRow, stored: Record<string, unknown> | undefined, span: Span, registry: EventRegistry, s: RelayPassSettings): Prepared {
   const event = registry.parse(JSON.parse(row.payload));
   if (event.type !== row.message_type || event.aggregateType !== row.aggregate_type || event.aggregateId !== row.aggregate_id || event.eventId !== row.id) {
     throw new Error('outbox row columns do not match its payload');
   }
   const data = encoder.encode(row.payload);
-  const h = eventHeaders(event, JSON.parse(row.headers || '{}') as Record<string, unknown>);
+  // 512 bytes hold the fixed headers, traceparent and a correlation id; a caller's tracestate comes on top
   const headerBytes = 512 + row.id.length;
   if (data.length + headerBytes > s.maxMsgSize) {
     throw new Error(`message of ${data.length} bytes exceeds the stream's maximum message size (${s.maxMsgSize} bytes)`);
   }
-  return { subject: eventSubject(s.prefix, row.aggregate_type, row.aggregate_id), data, headers: h };
+  const { traceparent, tracestate } = traceHeadersOf(span.spanContext());
+  // trace metadata is optional: a tracestate that would make the message too large is left out, never a reason to park
+  const fits = tracestate !== undefined && data.length + headerBytes + tracestate.length + 14 <= s.maxMsgSize;
+  return { data, headers: eventHeaders(event, { traceparent, ...(fits ? { tracestate } : {}), correlationId: stored?.correlationId }) };
 }
+
+/** A row that was not published this pass: why (the error's message is stored as last_error) and its span. */
+type Failure = { row: PendingRow; error: unknown; message: string; reason: PublishErrorReason; span: Span };
 
 /**
  * One relay pass: fetch due rows in seq order, publish them pipelined (at most maxInFlight awaiting a PubAck,
@@ -100,6 +127,8 @@ function prepare(row: PendingRow, registry: EventRegistry, s: RelayPassSettings)
  * with Nats-Msg-Id = row id, then in one write transaction mark the acknowledged rows sent and record
  * permanent failures. Once a row of an aggregate fails, later rows of that aggregate wait (this pass and
  * later ones, while the failed row waits or is parked). A broker outage ends the pass without touching attempts.
+ * Each row tried gets a PRODUCER span (child of the trace stored with it), ended at its PubAck or failure; the
+ * message carries that span's `traceparent`/`tracestate`, and the row's log lines its trace_id/span_id.
  */
 export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, options: RelayPassOptions = {}): Promise<RelayPassResult> {
   const s = deps.settings;
@@ -129,14 +158,24 @@ export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, option
   await deps.faults?.beforePublishing?.(rows);
 
   const acked: Array<{ row: PendingRow; ack: PubAck; at: number }> = [];
-  const failures: Array<{ row: PendingRow; error: string }> = [];
+  const failures: Failure[] = [];
   const blocked = new Set<string>();
   const inFlight = createInFlight(s.maxInFlight);
   let brokerError: unknown;
 
-  const fail = (row: PendingRow, key: string, error: unknown) => {
+  const fail = (row: PendingRow, key: string, span: Span, error: unknown, reason: PublishErrorReason) => {
     blocked.add(key);
-    failures.push({ row, error: error instanceof Error ? error.message : String(error) });
+    const message = error instanceof Error ? error.message : String(error);
+    failures.push({ row, error, message, reason, span });
+    failPublishSpan(span, error);
+    deps.log.warn('relay: a row could not be published; it is retried after a back-off, or parked after its last attempt', {
+      ...traceFields(span.spanContext()),
+      id: row.id,
+      type: row.message_type,
+      attempt: row.attempts + 1,
+      reason,
+      error,
+    });
   };
 
   // At most one message per aggregate awaits its PubAck: a later event of an aggregate is sent only after the
@@ -150,23 +189,31 @@ export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, option
     if (previous) await previous;
     if (brokerError !== undefined) break;
     if (blocked.has(key)) continue;
+    const subject = eventSubject(s.prefix, row.aggregate_type, row.aggregate_id);
+    const stored = storedHeaders(row.headers);
+    const span = startPublishSpan(deps.tracer, subject, row, stored);
     let prepared: Prepared;
     try {
-      prepared = prepare(row, deps.registry, s);
+      prepared = prepare(row, stored, span, deps.registry, s);
     } catch (error) {
-      fail(row, key, error);
+      fail(row, key, span, error, 'invalid_event');
       continue;
     }
     const injected = deps.faults?.beforePublish?.(row);
     const publish = injected
       ? Promise.reject(injected)
-      : js.publish(prepared.subject, prepared.data, { msgID: row.id, headers: prepared.headers, timeout: s.publishTimeoutMs });
+      : js.publish(subject, prepared.data, { msgID: row.id, headers: prepared.headers, timeout: s.publishTimeoutMs });
     const p: Promise<void> = publish
       .then(
-        (ack) => void acked.push({ row, ack, at: deps.clock().getTime() }),
+        (ack) => {
+          acked.push({ row, ack, at: deps.clock().getTime() });
+          endPublishSpan(span, ack.duplicate);
+        },
         (error) => {
-          if (isBrokerUnavailable(error)) brokerError ??= error;
-          else fail(row, key, error);
+          if (isBrokerUnavailable(error)) {
+            brokerError ??= error;
+            failPublishSpan(span, error);
+          } else fail(row, key, span, error, 'publish_failed');
         },
       )
       .finally(() => {
@@ -189,13 +236,25 @@ export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, option
           acked.map((a) => a.row.seq),
           doneMs,
         );
-        let parked = 0;
+        const parked: Failure[] = [];
         for (const [k, f] of failures.entries()) {
-          if ((await recordFailure(tx, f.row, f.error, retryAt[k]!, s.maxAttempts)) === 'failed') parked++;
+          if ((await recordFailure(tx, f.row, f.message, retryAt[k]!, s.maxAttempts)) === 'failed') parked.push(f);
         }
         return parked;
       })
-      .then((parked) => void (result.parked = parked));
+      .then((parked) => {
+        result.parked = parked.length;
+        deps.metrics.parked.inc(undefined, parked.length);
+        for (const f of parked) {
+          deps.log.warn('relay: row parked as failed after its last attempt; list it with outbox:failed or GET /admin/outbox/failed', {
+            ...traceFields(f.span.spanContext()),
+            id: f.row.id,
+            type: f.row.message_type,
+            attempts: f.row.attempts + 1,
+            error: f.message,
+          });
+        }
+      });
     // Whoever defers the mark awaits it later; until then a rejection (a busy database) must not surface as an
     // unhandled rejection, which would end the process.
     result.marked.catch(() => undefined);
@@ -212,10 +271,10 @@ export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, option
   deps.metrics.published.inc(undefined, result.published);
   deps.metrics.duplicates.inc(undefined, result.duplicates);
   result.failed = failures.length;
-  if (failures.length > 0) deps.metrics.publishErrors.inc(undefined, failures.length);
+  for (const f of failures) deps.metrics.publishErrors.inc(f.reason);
   if (brokerError !== undefined) {
     result.brokerError = brokerError;
-    deps.metrics.publishErrors.inc();
+    deps.metrics.publishErrors.inc('broker_unavailable');
   }
   return result;
 }

@@ -1,6 +1,5 @@
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection, Subscription } from '@nats-io/nats-core';
-import type { Logger } from '../logger.ts';
 import type { ConnectNats } from '../nats/connect.ts';
 import { ensureStream, UnsafeStreamConfigError } from '../nats/ensure-stream.ts';
 import { kickSubject, type StreamSettings } from '../nats/stream-settings.ts';
@@ -16,7 +15,6 @@ import { relayPass, type RelayPassDeps } from './relay-pass.ts';
 const NO_FLOOR: Floor = { seq: 0, epoch: null };
 
 export type RelayDeps = RelayPassDeps & {
-  log: Logger;
   connect: ConnectNats;
   stream: StreamSettings;
   /** Notified by in-process commits and by kicks from other processes. */
@@ -35,19 +33,33 @@ export type RelayRunOptions = StopOptions & {
 export type RelayRunSummary = { passes: number; published: number; duplicates: number; failed: number; parked: number; brokerErrors: number };
 
 /** A relay worker; `run` loops until stopped and resolves with what it did. */
-export type Relay = { run(options?: RelayRunOptions): Promise<RelayRunSummary>; state(): BrokerState };
+export type Relay = {
+  run(options?: RelayRunOptions): Promise<RelayRunSummary>;
+  state(): BrokerState;
+  /** When (by `clock`) the last pass that met no broker or database error ended; undefined before the first. */
+  lastSuccessfulPassAt(): Date | undefined;
+};
 
 /**
  * Creates the relay loop: connect (retrying with back-off), ensure the stream, then pass after pass. It sleeps
  * until woken or for pollMs when idle, and backs off the whole worker 1 s, 2 s, 4 s … max (jittered) while the
  * broker is unavailable. An unsafe stream configuration is fatal: `run` rejects with UnsafeStreamConfigError.
+ * Registers the relay's gauges (outbox_relay_broker_up, outbox_relay_last_pass_timestamp_seconds) in `deps.metrics`.
  */
 export function createRelay(deps: RelayDeps): Relay {
   const broker = createBrokerState({ log: deps.log, unavailable: 'relay: broker unavailable, backing off', connected: 'relay: broker available, publishing' });
   const backoff = { baseMs: deps.settings.backoffBaseMs, maxMs: deps.settings.maxBackoffMs, random: deps.random };
+  const gauges = deps.metrics.relayGauges();
+  gauges.brokerUp.set(0);
+  const setBroker = (next: BrokerState, error?: unknown) => {
+    broker.set(next, error);
+    gauges.brokerUp.set(next === 'connected' ? 1 : 0);
+  };
+  let lastSuccessfulPass: Date | undefined;
 
   return {
     state: broker.state,
+    lastSuccessfulPassAt: () => lastSuccessfulPass,
     async run(options = {}) {
       const summary: RelayRunSummary = { passes: 0, published: 0, duplicates: 0, failed: 0, parked: 0, brokerErrors: 0 };
       const stop = createStopControl(options);
@@ -69,6 +81,7 @@ export function createRelay(deps: RelayDeps): Relay {
        */
       const onDatabaseTrouble = async (error: unknown) => {
         if (!isInfrastructureError(error)) throw error;
+        deps.metrics.publishErrors.inc('database_unavailable');
         deps.log.warn('relay: database unavailable, backing off', { error: String(error) });
         await databaseOutage.backOff(stop.signal);
       };
@@ -85,7 +98,7 @@ export function createRelay(deps: RelayDeps): Relay {
       /** The broker failed (connecting, ensuring the stream, or publishing): count it and back off. */
       const onBrokerTrouble = async (error: unknown) => {
         summary.brokerErrors++;
-        broker.set('unavailable', error);
+        setBroker('unavailable', error);
         await brokerOutage.backOff(stop.signal);
       };
 
@@ -101,6 +114,7 @@ export function createRelay(deps: RelayDeps): Relay {
             if (!streamReady) {
               await ensureStream(await jetstreamManager(nc), deps.stream);
               streamReady = true;
+              setBroker('connected');
             }
           } catch (error) {
             if (error instanceof UnsafeStreamConfigError) throw error;
@@ -108,7 +122,7 @@ export function createRelay(deps: RelayDeps): Relay {
               await nc?.close().catch(() => undefined);
               nc = undefined;
             }
-            deps.metrics.publishErrors.inc();
+            deps.metrics.publishErrors.inc('broker_unavailable');
             await onBrokerTrouble(error);
             continue;
           }
@@ -131,6 +145,8 @@ export function createRelay(deps: RelayDeps): Relay {
             await onDatabaseTrouble(error);
             continue;
           }
+          // the broker answered this pass, whatever the database does with its marks
+          if (pass.brokerError === undefined) setBroker('connected');
           const previous = marking;
           marking = undefined;
           const previousMarked = await settle(previous?.done);
@@ -151,10 +167,6 @@ export function createRelay(deps: RelayDeps): Relay {
           summary.duplicates += pass.duplicates;
           summary.failed += pass.failed;
           summary.parked += pass.parked;
-          if (pass.parked > 0)
-            deps.log.warn('relay: rows parked as failed after their last attempt; list them with outbox:failed or GET /admin/outbox/failed', {
-              parked: pass.parked,
-            });
 
           if (pass.brokerError !== undefined) {
             streamReady = false;
@@ -162,7 +174,10 @@ export function createRelay(deps: RelayDeps): Relay {
             continue;
           }
           brokerOutage.reset();
-          broker.set('connected');
+          if (previousMarked) {
+            lastSuccessfulPass = deps.clock();
+            gauges.lastPassTimestamp.set(lastSuccessfulPass.getTime() / 1000);
+          }
           if (options.maxMessages !== undefined && summary.published + summary.duplicates >= options.maxMessages) break;
           if (!full) {
             if (options.untilIdle) break;
@@ -174,6 +189,8 @@ export function createRelay(deps: RelayDeps): Relay {
         stop.dispose();
         kicks?.unsubscribe();
         await nc?.close().catch(() => undefined);
+        // the connection is closed: this relay no longer reaches the broker (its state() keeps the last one seen)
+        gauges.brokerUp.set(0);
       }
       return summary;
     },

@@ -7,6 +7,7 @@ import { compactPeriodically } from '../ops/compaction.ts';
 import { createOpsRoutes } from '../ops/ops.routes.ts';
 import { createStatusRoutes } from '../ops/status.routes.ts';
 import type { StatusSources } from '../ops/status.ts';
+import { relayStaleAfterMs, type ReadinessSources } from '../http/readiness.ts';
 import type { BrokerState } from '../worker/broker-state.ts';
 import type { Housekeeping, RoleDeps } from './shared.ts';
 import { describeQuery } from '../http/describe-route.ts';
@@ -25,23 +26,35 @@ export type ApiRole = {
 /** What the status page shows of this process's other roles: its relay's broker state, its subscribers. */
 export type StatusParts = { relay?: { state: () => BrokerState } | undefined; subscribers?: StatusSources['subscribers'] };
 
+/** This process's other roles as /ready judges them: its relay, its subscriber runners and their backlog. */
+export type RunningParts = Pick<ReadinessSources, 'relay' | 'subscribers'>;
+
 /**
- * Builds the app every process serves, with `readiness` facts in /ready, `routes` mounted, and the status page (GET /
- * and /status.json) showing `status`.
+ * Builds the app every process serves: /ready judging the api role (from ROLES) and the `running` parts, with the
+ * extra `readiness` facts; `routes` mounted; the status page (GET / and /status.json) showing `status`; every request
+ * measured in `shared.metrics`.
  */
 export function createApiRole(
   config: Config,
   shared: RoleDeps,
-  options: { readiness: () => Record<string, string>; routes?: readonly MountedRoutes[]; version?: string; status?: StatusParts },
+  options: { readiness?: () => Record<string, string>; running?: RunningParts; routes?: readonly MountedRoutes[]; version?: string; status?: StatusParts },
 ): ApiRole {
   const { deps, metrics } = shared;
   const api = config.ROLES.includes('api');
+  const { relay, subscribers } = options.running ?? {};
   const app = createApp(deps, {
     service: config.SERVICE_NAME,
     ...(options.version ? { version: options.version } : {}),
     contexts: shared.modules.contexts,
     api,
-    readiness: options.readiness,
+    metrics,
+    roles: {
+      roles: [...(api ? ['api'] : []), ...(relay ? ['relay'] : []), ...(subscribers ? ['consumers'] : [])],
+      relay,
+      relayStaleAfterMs: relayStaleAfterMs({ pollMs: config.RELAY_POLL_MS, maxBackoffMs: config.RELAY_MAX_BACKOFF_MS }),
+      subscribers,
+    },
+    ...(options.readiness ? { readiness: options.readiness } : {}),
     extend: (a) => {
       a.route(
         '/',
@@ -55,7 +68,7 @@ export function createApiRole(
         }),
       );
       for (const r of options.routes ?? []) a.route(r.basePath, r.routes);
-      const { relay, subscribers } = options.status ?? {};
+      const status = options.status ?? {};
       a.route(
         '/',
         createStatusRoutes({
@@ -65,8 +78,8 @@ export function createApiRole(
           admin: config.ADMIN_TOKEN !== undefined,
           adminToken: config.ADMIN_TOKEN,
           recentLogs: shared.recentLogs,
-          relay: relay && { state: relay.state, lag: shared.outboxMetrics.lag },
-          subscribers,
+          relay: status.relay && { state: status.relay.state, lag: shared.outboxMetrics.lag },
+          subscribers: status.subscribers,
         }),
       );
       if (api)

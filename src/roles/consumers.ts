@@ -9,7 +9,7 @@ import { applyWithoutInbox } from '../inbox/without-inbox.ts';
 import type { ConnectNats } from '../nats/connect.ts';
 import { streamSettingsFrom } from '../nats/stream-settings.ts';
 import { createDeadLetterRoutes, type AdminSubscriber } from '../ops/dead-letters.routes.ts';
-import { createSubscriberStatus, type SubscriberStatus, type WatchedSubscriber } from '../ops/subscriber-status.ts';
+import { createSubscriberStatus, registerSubscriberGauges, type SubscriberStatus, type WatchedSubscriber } from '../ops/subscriber-status.ts';
 import { durableNameOf } from '../service-name.ts';
 import type { MountedRoutes } from './api.ts';
 import type { Housekeeping, RoleDeps } from './shared.ts';
@@ -37,7 +37,8 @@ export type ConsumersIo = {
 };
 
 /**
- * Builds a runner for each subscriber in CONSUMERS (default: all of the composition's), durable `<service>-<name>`.
+ * Builds a runner for each subscriber in CONSUMERS (default: all of the composition's), durable `<service>-<name>`, and
+ * registers their backlog and dead-letter gauges (read before each scrape, cached a few seconds) on the shared metrics.
  * Throws UnsafeRetentionError before opening anything when INBOX_RETENTION_DAYS is below the redelivery horizon, and
  * UnknownSubscriberError for a name the composition lacks.
  */
@@ -73,6 +74,7 @@ export async function createConsumersRole(config: Config, shared: RoleDeps, io: 
         registry: deps.registry,
         log: deps.log,
         metrics: shared.metrics,
+        tracer: deps.tracer,
         connect: io.connect,
         stream,
         clock: deps.clock,
@@ -98,5 +100,6 @@ export async function createConsumersRole(config: Config, shared: RoleDeps, io: 
     clients.forEach((c) => c.close());
     throw error;
   }
+  registerSubscriberGauges(shared.metrics, status);
   return role;
 }

@@ -26,6 +26,7 @@ export function createRelayRole(config: Config, shared: RoleDeps, io: { connect:
     registry: deps.registry,
     clock: deps.clock,
     log: deps.log,
+    tracer: deps.tracer,
     metrics: shared.outboxMetrics,
     connect: io.connect,
     stream,

@@ -21,7 +21,14 @@ function workspace() {
   };
 }
 
-type LogLine = { level?: string; msg?: string; service?: string; version?: string; error?: { type?: string; message?: string; stack?: string }; reason?: string };
+type LogLine = {
+  level?: string;
+  msg?: string;
+  service?: string;
+  version?: string;
+  error?: { type?: string; message?: string; stack?: string };
+  reason?: string;
+};
 const logLines = (stderr: string): LogLine[] =>
   stderr
     .split('\n')

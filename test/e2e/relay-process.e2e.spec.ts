@@ -171,7 +171,7 @@ describe('relay process - crashes and stops', () => {
       eventually(
         async () => {
           const res = await fetch(`http://127.0.0.1:${metricsPort}/ready`).catch(() => undefined);
-          return res ? ((await res.json()) as { nats: string }).nats === 'connected' : false;
+          return res ? ((await res.json()) as { relay?: { broker: string } }).relay?.broker === 'connected' : false;
         },
         { timeoutMs: 20_000, what: 'the relay connected' },
       ),

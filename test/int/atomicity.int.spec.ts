@@ -166,13 +166,17 @@ describe('atomicity - a successful command', () => {
     expect({ ...stored }).toEqual({ status: 'closed', version: 3, balance_cents: 250 });
   });
 
-  it('carries a valid traceparent and correlation id from the request into the outbox headers', async () => {
+  it("carries the request's trace (continued by its server span) and correlation id into the outbox headers", async () => {
     await using t = await createTestApp();
     const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
     const res = await postJson(t.app, '/accounts', { owner: 'ann' }, { traceparent, 'x-correlation-id': 'corr-42' });
     expect(res.status).toBe(201);
     const [row] = await outboxRows(t.client);
-    expect(JSON.parse(row!.headers)).toEqual({ traceparent, correlationId: 'corr-42' });
+    const headers = JSON.parse(row!.headers) as { traceparent: string; correlationId: string };
+    // same trace and flags; the parent is the server span, not the caller's span
+    expect(headers.traceparent).toMatch(/^00-4bf92f3577b34da6a3ce929d0e0e4736-[0-9a-f]{16}-01$/);
+    expect(headers.traceparent).not.toBe(traceparent);
+    expect(headers.correlationId).toBe('corr-42');
   });
 
   it('outbox rows stay invisible to other connections until the transaction commits', async () => {

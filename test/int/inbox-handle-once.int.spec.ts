@@ -48,7 +48,7 @@ describe('handleOnce - outcomes', () => {
     expect(s.deps.metrics.duplicates.get({ consumer: 'balances' })).toBe(2);
   });
 
-  it('acknowledges a registered type the subscriber does not handle as ignored: no handler call, no inbox row, not counted', async () => {
+  it('acknowledges a registered type the subscriber does not handle as ignored: no handler call, no inbox row, counted as ignored only', async () => {
     const handled: string[] = [];
     const openings = defineSubscriber<FixtureEvents>()({
       name: 'openings',
@@ -62,6 +62,7 @@ describe('handleOnce - outcomes', () => {
     expect(handled).toEqual(['opened-owner']);
     expect(await countRows(s.sdb.client, 'inbox')).toBe(1);
     expect(s.deps.metrics.processed.get({ consumer: 'openings' })).toBe(1);
+    expect(s.deps.metrics.ignored.get({ consumer: 'openings' })).toBe(1);
   });
 
   it('asks for a retry while deliveries remain, leaving no inbox row, and dead-letters on the max_deliver-th failure', async () => {

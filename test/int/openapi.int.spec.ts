@@ -9,7 +9,7 @@ import { silentLogger } from '../../src/logger.ts';
 import { createApiRole } from '../../src/roles/api.ts';
 import { createRoleDeps } from '../../src/roles/shared.ts';
 import { createTestDb } from '../support/db.ts';
-import { accountsContext } from '../support/fixture/accounts/context.ts';
+import type { accountsContext } from '../support/fixture/accounts/context.ts';
 import { fixtureModules } from '../support/fixture/modules.ts';
 import { balances } from '../support/fixture/subscribers/balances/subscriber.ts';
 import { expectValidOpenApi, fetchApiDocument, undocumentedRoutes } from '../support/openapi.ts';

@@ -38,12 +38,12 @@ describe('ops - metrics', () => {
     );
     expect(metric(text, 'outbox_published_total')).toBe(3);
     expect(metric(text, 'outbox_duplicates_total')).toBe(0);
-    expect(metric(text, 'outbox_pending_count')).toBe(0);
-    expect(metric(text, 'outbox_pending_seconds')).toBe(0);
-    expect(metric(text, 'outbox_failed_count')).toBe(1);
-    expect(metric(text, 'outbox_lag_seconds_count')).toBe(3);
+    expect(metric(text, 'outbox_pending_messages')).toBe(0);
+    expect(metric(text, 'outbox_oldest_pending_age_seconds')).toBe(0);
+    expect(metric(text, 'outbox_failed_messages')).toBe(1);
+    expect(metric(text, 'outbox_publish_lag_seconds_count')).toBe(3);
     expect(text).toContain('# TYPE outbox_publish_errors_total counter');
-    expect(text).toContain('# TYPE outbox_lag_seconds histogram');
+    expect(text).toContain('# TYPE outbox_publish_lag_seconds histogram');
     const stats = await (await s.app.request('/outbox/stats')).json();
     expect(stats).toEqual({ pending: 0, failed: 1, sent: 3, oldestPendingAgeMs: 0 });
   });
@@ -61,7 +61,7 @@ describe('relay - broker outages', () => {
 
     for (let i = 0; i < 20; i++) expect((await open(s.app)).status).toBe(201);
     // several passes and back-offs happen while the broker is away
-    await eventually(() => s.service.metrics.counter('outbox_publish_errors_total', '').get() >= 3, { what: 'publish errors' });
+    await eventually(() => s.service.metrics.counter('outbox_publish_errors_total', '').get({ reason: 'broker_unavailable' }) >= 3, { what: 'publish errors' });
     const during = await s.client.execute("SELECT count(*), max(attempts) FROM outbox WHERE status = 'pending'");
     expect(Number(during.rows[0]![0])).toBe(20);
     expect(Number(during.rows[0]![1])).toBe(0);

@@ -56,9 +56,9 @@ describe('outbox - what /outbox/stats and a /metrics scrape cost on a large tabl
     const stats = await app.request('/outbox/stats');
     expect(await stats.json()).toEqual({ pending: 2, failed: 1, sent: SENT, oldestPendingAgeMs: 5000 });
     const scrape = await (await app.request('/metrics')).text();
-    expect(scrape).toMatch(/^outbox_pending_count 2$/m);
-    expect(scrape).toMatch(/^outbox_failed_count 1$/m);
-    expect(scrape).toMatch(/^outbox_pending_seconds 5$/m);
+    expect(scrape).toMatch(/^outbox_pending_messages 2$/m);
+    expect(scrape).toMatch(/^outbox_failed_messages 1$/m);
+    expect(scrape).toMatch(/^outbox_oldest_pending_age_seconds 5$/m);
 
     expect(seen.length).toBeGreaterThan(0);
     for (const { sql, args } of seen) {

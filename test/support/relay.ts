@@ -20,6 +20,7 @@ export function relayDeps(t: TestDb, url: string, over: RelayOverrides = {}): Re
     registry: t.deps.registry,
     clock: t.deps.clock,
     log: t.deps.log,
+    tracer: t.deps.tracer,
     metrics: createOutboxMetrics(createMetrics()),
     connect: () => connect(natsConnectionOptions({ servers: [url], name: 'test relay' })),
     stream,

@@ -11,7 +11,7 @@ import { runGroupToExit } from '../support/process-group.ts';
 import { copyRepository } from '../support/repository-copy.ts';
 
 /** Runs a command in `cwd` to its end, in a process group killed after `timeoutMs`. */
-const runIn = (cwd: string, cmd: string, args: string[], timeoutMs = 60_000) => runGroupToExit(cmd, args, {}, { cwd, timeoutMs });
+const runIn = (cwd: string, cmd: string, args: string[], timeoutMs = 60_000) => runGroupToExit(cmd, args, { TEMPLATE_TESTS: '' }, { cwd, timeoutMs });
 
 /** Every file under `dir` (node_modules aside) with a hash of its content, to tell what a step changed. */
 function snapshot(dir: string): Map<string, string> {
