@@ -107,6 +107,12 @@ export const ConfigSchema = z.object({
   ADMIN_TOKEN: z.string().min(16, 'at least 16 characters').optional(),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
   MIGRATE_ON_START: boolean.default(true),
+  /**
+   * `async-local-storage` carries the active span across awaits (Node, Bun, Deno), so any log line and any span
+   * started anywhere while a request, a publish or an event is handled names its trace; `none` (default) passes
+   * trace ids explicitly (the access and error lines, `cmd.log`, a handler's `ctx.log`) and spares the cost.
+   */
+  TRACE_CONTEXT: z.enum(['none', 'async-local-storage']).default('none'),
 });
 
 export type Config = Omit<z.output<typeof ConfigSchema>, 'NATS_STREAM' | 'EVENTS_SUBJECT_PREFIX'> & { NATS_STREAM: string; EVENTS_SUBJECT_PREFIX: string };

@@ -151,7 +151,7 @@ export async function boot(
 ): Promise<Started> {
   const migrations = options.migrations ?? APP_MIGRATIONS;
   const config = loadConfigOrExit(options.env);
-  registerTraceContext();
+  if (config.TRACE_CONTEXT === 'async-local-storage') registerTraceContext();
   const version = packageVersion();
   const log = createLogger(config.LOG_LEVEL, undefined, { service: config.SERVICE_NAME, version });
   const client = await openClient(config.DATABASE_URL, config);

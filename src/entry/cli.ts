@@ -18,6 +18,7 @@ import { createInboxDeps } from '../inbox/handle-once.ts';
 import { assertSafeRetention, compactInbox, retentionSettingsFrom, UnsafeRetentionError } from '../inbox/retention.ts';
 import type { Subscriber } from '../inbox/subscriber.ts';
 import { createMetrics } from '../metrics/metrics.ts';
+import { createLogger } from '../logger.ts';
 import { isStartUpRefusal } from '../roles/start-up-refusals.ts';
 
 const USAGE = `usage: npm run cli -- <command> [options]
@@ -82,6 +83,8 @@ async function withSubscriber<T>(
       registry: registryOf(modules),
       metrics: createMetrics(),
       maxDeliver: config().CONSUMER_MAX_DELIVER,
+      // what a replayed event's handler logs goes to stderr: stdout is the command's own output
+      log: createLogger(config().LOG_LEVEL, (line) => console.error(line), { service: config().SERVICE_NAME }),
     });
     return await fn({ db, inbox });
   } finally {

@@ -1,3 +1,6 @@
+import { serverSpanOf } from './server-span.ts';
+import { type Logger, silentLogger, withFields } from '../logger.ts';
+import { traceFields } from '../telemetry/trace-context.ts';
 import type { Context, MiddlewareHandler } from 'hono';
 import type { z } from 'zod';
 import type { Tx } from '../db/open-database.ts';
@@ -21,6 +24,8 @@ export type Command = {
   emit(events: IntegrationEvent[]): Promise<void>;
   /** True once `emit` stored an event. */
   emitted: boolean;
+  /** The service's logger, every line carrying the trace_id/span_id of the request's SERVER span. */
+  log: Logger;
 };
 
 /** What a command returns: a response, or an expected refusal (404, 409 …) as a value, never thrown. */
@@ -47,11 +52,11 @@ class RefusedAfterWrite extends Error {
   }
 }
 
-/** The Command of one execution in `tx`: the clock read once, ids, path parameters and an `emit` bound to `tx`. */
+/** The Command of one execution in `tx`: the clock read once, ids, path parameters, an `emit` bound to `tx` and a logger. */
 export function createCommand(
   tx: Tx,
-  deps: Pick<Deps, 'registry' | 'clock' | 'newId'>,
-  extra: { params?: Record<string, string>; headers?: OutboxHeaders } = {},
+  deps: Pick<Deps, 'registry' | 'clock' | 'newId'> & Partial<Pick<Deps, 'log'>>,
+  extra: { params?: Record<string, string>; headers?: OutboxHeaders; log?: Logger } = {},
 ): Command {
   const now = deps.clock();
   return {
@@ -59,6 +64,7 @@ export function createCommand(
     newId: deps.newId,
     params: extra.params ?? {},
     emitted: false,
+    log: extra.log ?? deps.log ?? silentLogger,
     emit(events) {
       this.emitted ||= events.length > 0;
       return appendToOutbox(tx, events, { registry: deps.registry, now, ...(extra.headers ? { headers: extra.headers } : {}) });
@@ -86,10 +92,12 @@ export function commandRoute<S extends z.ZodType>(
     const key = await readIdempotencyKey(c, input);
     const headers = outboxHeadersFrom(c);
     const params = c.req.param() as Record<string, string>;
+    const span = serverSpanOf(c);
+    const log = span ? withFields(deps.log, traceFields(span.spanContext())) : deps.log;
     let res: Awaited<ReturnType<typeof runIdempotent>>;
     try {
       res = await deps.writer.write((tx) => {
-        const cmd = createCommand(tx, deps, { params, headers });
+        const cmd = createCommand(tx, deps, { params, headers, log });
         return runIdempotent(tx, key, cmd.now, async () => {
           const outcome = await handler(tx, input, cmd);
           if ('problem' in outcome && cmd.emitted) throw new RefusedAfterWrite(outcome.problem);

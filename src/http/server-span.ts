@@ -31,14 +31,13 @@ export function serverSpan(tracer: Tracer): MiddlewareHandler {
   return async function serverSpanMiddleware(c, next) {
     const method = methodOf(c);
     const route = routeOf(c);
-    const url = new URL(c.req.url);
     const span = startSpan(tracer, route ? `${method} ${route}` : method, {
       kind: SpanKind.SERVER,
       parent: activeSpanContext() ?? parseTraceHeaders(c.req.header('traceparent'), c.req.header('tracestate')),
       attributes: {
         'http.request.method': method,
-        'url.path': url.pathname,
-        'url.scheme': url.protocol.replace(/:$/, ''),
+        'url.path': c.req.path,
+        'url.scheme': c.req.url.startsWith('https:') ? 'https' : 'http',
         ...(route ? { 'http.route': route } : {}),
       },
     });

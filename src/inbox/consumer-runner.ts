@@ -97,6 +97,7 @@ export function createConsumerRunner(o: ConsumerRunnerOptions): ConsumerRunner {
     durableName,
     ...(o.tracer ? { tracer: o.tracer } : {}),
     ...(o.clock ? { clock: o.clock } : {}),
+    log: o.log,
   });
   const processBatch = o.processBatch ?? ((msgs: InboxMessage[]) => handleBatch(inbox, msgs));
   const consumerSettings: ConsumerSettings = {

@@ -1,3 +1,5 @@
+import { traceFields } from '../telemetry/trace-context.ts';
+import { type Logger, silentLogger, withFields } from '../logger.ts';
 import { type Span, type SpanContext, type Tracer, trace } from '@opentelemetry/api';
 import { isInfrastructureError } from '../db/infrastructure-error.ts';
 import type { Tx } from '../db/open-database.ts';
@@ -31,6 +33,8 @@ export type InboxDeps = {
   maxDeliver: number;
   /** Starts each message's CONSUMER span. */
   tracer: Tracer;
+  /** What handlers log through (their `ctx.log`, with the span's trace ids added). */
+  log: Logger;
   /** The durable consumer's name: the spans' `messaging.consumer.group.name`. */
   durableName: string;
 };
@@ -42,7 +46,16 @@ export type InboxDeps = {
  */
 export function createInboxDeps(
   subscriber: Subscriber,
-  parts: { writer: Writer; registry: EventRegistry; metrics: Metrics; clock?: () => Date; maxDeliver?: number; tracer?: Tracer; durableName?: string },
+  parts: {
+    writer: Writer;
+    registry: EventRegistry;
+    metrics: Metrics;
+    clock?: () => Date;
+    maxDeliver?: number;
+    tracer?: Tracer;
+    durableName?: string;
+    log?: Logger;
+  },
 ): InboxDeps {
   const metrics = createInboxMetrics(parts.metrics);
   startInboxCounters(metrics, subscriber.name);
@@ -60,6 +73,7 @@ export function createInboxDeps(
     maxDeliver: parts.maxDeliver ?? DEFAULT_MAX_DELIVER,
     tracer: parts.tracer ?? trace.getTracer(TRACER_NAME),
     durableName: parts.durableName ?? subscriber.name,
+    log: parts.log ?? silentLogger,
   };
 }
 
@@ -90,9 +104,9 @@ export function describeError(error: unknown): string {
  * transaction. Returns false (and applies nothing) when the event was applied before. Must be part of the
  * transaction that commits the effect.
  */
-export async function applyOnce(tx: Tx, deps: Pick<InboxDeps, 'consumer' | 'handle' | 'clock'>, event: IntegrationEvent): Promise<boolean> {
+export async function applyOnce(tx: Tx, deps: Pick<InboxDeps, 'consumer' | 'handle' | 'clock' | 'log'>, event: IntegrationEvent): Promise<boolean> {
   const fresh = await insertInboxRow(tx, { eventId: event.eventId, consumer: deps.consumer, messageType: event.type, receivedAt: deps.clock().getTime() });
-  if (fresh) await deps.handle(tx, event);
+  if (fresh) await deps.handle(tx, event, { log: deps.log });
   return fresh;
 }
 
@@ -225,7 +239,7 @@ async function attempt(tx: Tx, deps: InboxDeps, rest: Valid[], doomed: Doomed[])
     if (!r.fresh) continue;
     const started = performance.now();
     try {
-      await runInSpan(r.span, () => deps.handle(tx, r.event));
+      await runInSpan(r.span, () => deps.handle(tx, r.event, { log: withFields(deps.log, traceFields(r.span.spanContext())) }));
     } catch (error) {
       if (isInfrastructureError(error)) throw error; // the database failed, not the handler: nobody is charged
       throw new HandlerFailed(k, error);

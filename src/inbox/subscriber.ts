@@ -3,12 +3,19 @@ import type { Database, Tx } from '../db/open-database.ts';
 import type { EventCatalog, EventOf } from '../events/define-events.ts';
 import type { IntegrationEvent } from '../events/integration-event.ts';
 import type { EventRegistry } from '../events/registry.ts';
+import { type Logger, silentLogger } from '../logger.ts';
 
 /**
  * Applies one registry-validated event to the subscriber's database. Runs inside the inbox transaction and must do
  * database work only: a throw rolls back its writes and the inbox row together.
  */
-export type SubscriberHandler = (tx: Tx, event: IntegrationEvent) => Promise<void>;
+export type SubscriberHandler = (tx: Tx, event: IntegrationEvent, ctx?: HandlerContext) => Promise<void>;
+
+/** What a handler gets besides the transaction and the event. */
+export type HandlerContext = {
+  /** The subscriber's logger, every line carrying the trace_id/span_id of the event's CONSUMER span. */
+  log: Logger;
+};
 
 /** A subscriber as the core runs it: its durable consumer, the event types it applies and its effect. */
 export type Subscriber = {
@@ -24,7 +31,7 @@ export type Subscriber = {
 };
 
 /** One handler per event type the subscriber applies, each given `event.data` typed by the registry's schema. */
-export type Handlers<C extends EventCatalog> = { [T in keyof C & string]?: (tx: Tx, event: EventOf<C, T>) => Promise<void> };
+export type Handlers<C extends EventCatalog> = { [T in keyof C & string]?: (tx: Tx, event: EventOf<C, T>, ctx: HandlerContext) => Promise<void> };
 
 /** A subscriber as written: its name, its typed handlers and optional read routes. */
 export type SubscriberDefinition<C extends EventCatalog> = {
@@ -41,16 +48,16 @@ export type SubscriberDefinition<C extends EventCatalog> = {
  */
 export function defineSubscriber<C extends EventCatalog>() {
   return (definition: SubscriberDefinition<C>): Subscriber => {
-    const on = definition.on as Record<string, SubscriberHandler | undefined>;
+    const on = definition.on as Record<string, ((tx: Tx, event: IntegrationEvent, ctx: HandlerContext) => Promise<void>) | undefined>;
     const types = Object.keys(on).filter((t) => on[t] !== undefined);
     if (types.length === 0) throw new RangeError(`subscriber ${definition.name} handles no event type`);
     return {
       name: definition.name,
       types,
-      handle: (tx, event) => {
+      handle: (tx, event, ctx = { log: silentLogger }) => {
         const handler = on[event.type];
         if (!handler) throw new Error(`subscriber ${definition.name} does not handle ${event.type}`);
-        return handler(tx, event);
+        return handler(tx, event, ctx);
       },
       ...(definition.routes ? { routes: definition.routes } : {}),
       ...(definition.basePath ? { basePath: definition.basePath } : {}),

@@ -2,6 +2,7 @@ import type { Writer } from '../db/writer.ts';
 import type { EventRegistry } from '../events/registry.ts';
 import type { InboxResult } from './handle-once.ts';
 import type { InboxMessage } from './inbox-message.ts';
+import { silentLogger } from '../logger.ts';
 import type { SubscriberHandler } from './subscriber.ts';
 
 /**
@@ -13,7 +14,7 @@ export function applyWithoutInbox(writer: Writer, registry: EventRegistry, handl
   return async (msgs: Array<Pick<InboxMessage, 'payload'>>): Promise<InboxResult[]> => {
     const events = msgs.map((m) => registry.parse(JSON.parse(m.payload)));
     await writer.write(async (tx) => {
-      for (const e of events) await handle(tx, e);
+      for (const e of events) await handle(tx, e, { log: silentLogger });
     });
     return events.map((e) => ({ outcome: 'processed', eventId: e.eventId }));
   };

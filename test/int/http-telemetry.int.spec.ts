@@ -5,7 +5,9 @@ import { context, SpanKind, SpanStatusCode } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { BasicTracerProvider, InMemorySpanExporter, type ReadableSpan, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import { createApp } from '../../src/app.ts';
+import { commandRoute, ok } from '../../src/http/command-route.ts';
 import { createLogger } from '../../src/logger.ts';
 import { createMetrics } from '../../src/metrics/metrics.ts';
 import { createTestDb } from '../support/db.ts';
@@ -39,6 +41,13 @@ async function telemetryApp() {
         deps.log.info('greeting', { name: c.req.param('name') });
         return c.text('hi');
       });
+      a.post(
+        '/notes',
+        ...commandRoute(deps, z.object({ text: z.string() }), async (_tx, body, cmd) => {
+          cmd.log.info('noted', { text: body.text });
+          return ok({});
+        }),
+      );
     },
   });
   const serverSpans = () => exporter.getFinishedSpans().filter((s) => s.kind === SpanKind.SERVER);
@@ -200,7 +209,19 @@ describe('http telemetry - the access log', () => {
     expect(only(accessLines(t.lines, '/boom'))).toMatchObject({ status: 500, ...ids });
   });
 
-  describe('with a context manager, as the Node, Bun and Deno entries register', () => {
+  it("without a context manager, a command's cmd.log lines carry its server span's trace_id and span_id", async () => {
+    await using t = await telemetryApp();
+    const res = await t.app.request('/notes', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', traceparent: `00-${CALLER_TRACE}-${CALLER_SPAN}-01` },
+      body: JSON.stringify({ text: 'hello' }),
+    });
+    expect(res.status).toBe(200);
+    const noted = only(t.lines.filter((l) => l.msg === 'noted'));
+    expect(noted).toMatchObject({ text: 'hello', ...idsOf(only(t.serverSpans())) });
+  });
+
+  describe('with a context manager, as the entries register with TRACE_CONTEXT=async-local-storage', () => {
     const manager = new AsyncLocalStorageContextManager();
     beforeAll(() => {
       context.setGlobalContextManager(manager.enable());

@@ -164,6 +164,23 @@ describe('inbox telemetry - consumer spans', () => {
     });
   });
 
+  it("without a context manager, the lines a handler writes through ctx.log carry its span's trace_id and span_id", async () => {
+    const stream = await freshStream(nats().nc, 'TEL');
+    const event = openedEvent({ owner: 'ctx-log-owner' });
+    await publishTraced(stream, event, { traceparent: `00-${TRACE}-${PARENT}-01` });
+    await using sdb = await createSubscriberDb({ subscriber: 'balances' });
+    const lines: Array<Record<string, unknown>> = [];
+    const log = createLogger('info', (l) => lines.push(JSON.parse(l)));
+    const logging = testSubscriber('ctx-logging', async (tx, e, ctx) => {
+      await balances.handle(tx, e);
+      ctx?.log.info('applied here', { eventId: e.eventId });
+    });
+    await testRunner(sdb, nats().url, logging, stream, { tracer, log }).run({ untilIdle: true, timeLimitMs: 20_000 });
+
+    const [span] = spansOf(event.eventId);
+    expect(lines.find((l) => l.msg === 'applied here')).toMatchObject({ trace_id: TRACE, span_id: span!.spanContext().spanId, eventId: event.eventId });
+  });
+
   it("makes the span active while the handler runs: the handler's log lines and its own spans belong to it", async () => {
     const stream = await freshStream(nats().nc, 'TEL');
     const event = openedEvent({ owner: 'logging-owner' });

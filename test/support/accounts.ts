@@ -6,7 +6,7 @@ import type { EventOf } from '../../src/events/define-events.ts';
 import type { IntegrationEvent } from '../../src/events/integration-event.ts';
 import { createCommand, type Command, type CommandOutcome } from '../../src/http/command-route.ts';
 import type { CommandResponse } from '../../src/http/idempotency.ts';
-import type { Subscriber } from '../../src/inbox/subscriber.ts';
+import type { Subscriber, SubscriberHandler } from '../../src/inbox/subscriber.ts';
 import { closeAccount, deposit, openAccount } from './fixture/accounts/commands.ts';
 import { fixtureEvents, type FixtureEvents } from './fixture/modules.ts';
 
@@ -68,6 +68,6 @@ export function creditedEvent(over: EventOver & { amountCents?: number } = {}): 
 }
 
 /** A test's own subscriber called `name`, applying every fixture event type with `handle`. */
-export function testSubscriber(name: string, handle: (tx: Tx, event: IntegrationEvent) => Promise<void>): Subscriber {
+export function testSubscriber(name: string, handle: SubscriberHandler): Subscriber {
   return { name, types: Object.keys(fixtureEvents), handle };
 }
