@@ -21,12 +21,30 @@ export function serializeError(error: Error): Record<string, unknown> {
   return out;
 }
 
-const replaceErrors = (_key: string, value: unknown) => (value instanceof Error ? serializeError(value) : value);
+// Errors keep their type, message and stack; a BigInt becomes its decimal text (JSON has no such number).
+const replaceValues = (_key: string, value: unknown) => (value instanceof Error ? serializeError(value) : typeof value === 'bigint' ? value.toString() : value);
 
 /**
- * One JSON object per line at or above `level`, written through `write` with its level (stdout by default): time, level, `base`
- * (e.g. `{ service, version }`), msg, the active span's `trace_id`/`span_id` (read through `context`), then the
- * line's own fields. Error values anywhere in the fields are written with their type, message and stack.
+ * The line as JSON. A field named like one every line carries (`reserved`: time, level, msg and the base fields) is
+ * written as `field_<name>` instead of replacing it; fields that cannot be written (a cycle, a throwing toJSON) are
+ * replaced by why, never thrown.
+ */
+function render(line: Record<string, unknown>, fields: LogFields | undefined, reserved: ReadonlySet<string>): string {
+  const all: Record<string, unknown> = { ...line };
+  for (const key in fields) all[reserved.has(key) ? `field_${key}` : key] = fields[key];
+  try {
+    return JSON.stringify(all, replaceValues);
+  } catch (error) {
+    return JSON.stringify({ ...line, log_error: `fields not serializable: ${error instanceof Error ? error.message : String(error)}` }, replaceValues);
+  }
+}
+
+/**
+ * One JSON object per line at or above `level`, written through `write` with its level (stdout by default): time,
+ * level, `base` (e.g. `{ service, version }`), msg, the active span's `trace_id`/`span_id` (read through `context`),
+ * then the line's own fields; one named like time, level, msg or a base field is written as `field_<name>`. Errors
+ * in the fields are written with their type, message and stack, BigInts as text; fields that cannot be serialized
+ * (a cycle) are replaced by `log_error`: logging never throws for its fields.
  */
 export function createLogger(
   level: LogLevel = 'info',
@@ -34,9 +52,10 @@ export function createLogger(
   base: LogFields = {},
   context: () => LogFields | undefined = activeTraceFields,
 ): Logger {
+  const reserved = new Set(['time', 'level', 'msg', ...Object.keys(base)]);
   const at = (lvl: Exclude<LogLevel, 'silent'>) => (msg: string, fields?: LogFields) => {
     if (ORDER[lvl] < ORDER[level]) return;
-    write(JSON.stringify({ time: new Date().toISOString(), level: lvl, ...base, msg, ...context(), ...fields }, replaceErrors), lvl);
+    write(render({ time: new Date().toISOString(), level: lvl, ...base, msg, ...context() }, fields, reserved), lvl);
   };
   return { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
 }

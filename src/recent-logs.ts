@@ -14,8 +14,17 @@ const FIELD_MAX_CHARS = 500;
 // A stack says where in the code, not what happened; it stays in the process log only.
 const DROPPED_FIELDS = new Set(['stack']);
 
+/** `value` as JSON (BigInts as text), or why it has none (a cycle): recording a line never throws. */
+function jsonOrWhy(value: unknown): string {
+  try {
+    return JSON.stringify(value, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v)) ?? String(value);
+  } catch (error) {
+    return `[not serializable: ${error instanceof Error ? error.message : String(error)}]`;
+  }
+}
+
 const asText = (value: unknown): string => {
-  const text = typeof value === 'string' ? value : value instanceof Error ? `${value.name}: ${value.message}` : (JSON.stringify(value) ?? String(value));
+  const text = typeof value === 'string' ? value : value instanceof Error ? `${value.name}: ${value.message}` : jsonOrWhy(value);
   return text.length > FIELD_MAX_CHARS ? `${text.slice(0, FIELD_MAX_CHARS)}…` : text;
 };
 

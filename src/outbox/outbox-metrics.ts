@@ -23,7 +23,10 @@ export type PublishErrors = { inc(reason: PublishErrorReason, by?: number): void
 export type RelayGauges = {
   /** outbox_relay_broker_up: 1 while the relay reaches the broker, else 0. */
   brokerUp: Gauge;
-  /** outbox_relay_last_pass_timestamp_seconds: absent until the first pass without a broker or database error. */
+  /**
+   * outbox_relay_last_pass_timestamp_seconds: the last pass without a broker or database error, or the relay's start
+   * before the first one, so a relay that never gets a good pass ages like one that stopped getting them.
+   */
   lastPassTimestamp: Gauge;
 };
 
@@ -58,7 +61,7 @@ export function createOutboxMetrics(metrics: Metrics): OutboxMetrics {
       brokerUp: metrics.gauge('outbox_relay_broker_up', "1 while this process's relay reaches the broker, else 0."),
       lastPassTimestamp: metrics.gauge(
         'outbox_relay_last_pass_timestamp_seconds',
-        "Unix time of the relay's last pass that ended without a broker or database error.",
+        "Unix time of the relay's last pass that ended without a broker or database error; its start before the first such pass.",
       ),
     }),
   };

@@ -62,6 +62,8 @@ export function createRelay(deps: RelayDeps): Relay {
     lastSuccessfulPassAt: () => lastSuccessfulPass,
     async run(options = {}) {
       const summary: RelayRunSummary = { passes: 0, published: 0, duplicates: 0, failed: 0, parked: 0, brokerErrors: 0 };
+      // before its first good pass the relay's start stands in, so the stalled alert also sees a relay that never had one
+      gauges.lastPassTimestamp.set((lastSuccessfulPass ?? deps.clock()).getTime() / 1000);
       const stop = createStopControl(options);
       const brokerOutage = createOutageBackoff(backoff);
       const databaseOutage = createOutageBackoff(backoff);
