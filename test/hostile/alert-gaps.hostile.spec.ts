@@ -4,7 +4,7 @@
 // counters extrapolated at the rate observed between the two scrapes, timestamps made relative to the scrape) are
 // replayed for 10 minutes through `promtool test rules` against the shipped rules.
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,6 +14,9 @@ import { useNats } from '../support/use-nats.ts';
 
 const nats = useNats();
 const PROMTOOL = '/usr/bin/promtool';
+// Without promtool (Debian package `prometheus`) these cases skip on a developer's machine; .ci/run installs it, and
+// with CI set a missing promtool fails them instead.
+const NO_PROMTOOL = !existsSync(PROMTOOL) && !process.env.CI;
 const ALERTS = ['OutboxRelayDown', 'OutboxOldestPendingTooOld', 'OutboxPublishErrorsSustained', 'OutboxFailedMessages'];
 
 type Sample = { series: string; value: number };
@@ -79,7 +82,7 @@ async function scrape(url: string): Promise<string> {
   return (await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(5000) })).text();
 }
 
-describe('alerts - a relay (re)started while the service database cannot be used', () => {
+describe.skipIf(NO_PROMTOOL)('alerts - a relay (re)started while the service database cannot be used', () => {
   for (const kind of ['never answers', 'refuses connections'] as const) {
     it(`database ${kind}: a critical relay alert (OutboxRelayDown or OutboxOldestPendingTooOld) fires within 5 minutes`, async () => {
       const sockets = new Set<Socket>();
@@ -127,7 +130,7 @@ describe('alerts - a relay (re)started while the service database cannot be used
   }
 });
 
-describe('alerts - the replay harness itself (control)', () => {
+describe.skipIf(NO_PROMTOOL)('alerts - the replay harness itself (control)', () => {
   it('a scrape showing an old pending row and a stale last pass makes the shipped alerts fire', () => {
     const now = Date.now() / 1000;
     const text = `outbox_oldest_pending_age_seconds 100\noutbox_relay_broker_up 1\noutbox_relay_last_pass_timestamp_seconds ${now - 120}\n`;

@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 // Hostile input to tracing, logs, metrics and readiness, HTTP side, in process over real libSQL files: hostile trace and
 // id headers, concurrent requests and their log lines, metrics cardinality and promtool, /metrics when the
 // database never answers.
@@ -156,7 +157,8 @@ describe('http - metrics cardinality and exposition', () => {
     expect(text).not.toMatch(/FOO|BAR|PROPFIND/);
   });
 
-  it('/metrics passes promtool after hostile requests', async () => {
+  // skipped only on a machine without promtool and without CI set (.ci/run installs it)
+  it.skipIf(!existsSync('/usr/bin/promtool') && !process.env.CI)('/metrics passes promtool after hostile requests', async () => {
     await using t = await createTestService({ ROLES: 'api' }, { connect: undefined });
     await t.app.request('/a"b\\c%0Ad', { method: 'GET' });
     await t.app.request('/accounts/"\\%0A/deposit', { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
