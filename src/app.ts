@@ -7,13 +7,12 @@ import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import { isBusyError, isDatabaseUnreachable } from './db/busy.ts';
 import type { Deps } from './deps.ts';
 import { AppError, NotFoundError, ServiceUnavailableError, toProblem } from './errors.ts';
-import { accessLog } from './http/access-log.ts';
 import { mountApiDescription } from './http/api-description.ts';
 import type { Context } from './http/define-context.ts';
 import { describeQuery, jsonResponse } from './http/describe-route.ts';
 import { createReadinessCheck, type ReadinessSources } from './http/readiness.ts';
-import { requestMetrics } from './http/request-metrics.ts';
-import { serverSpan, serverSpanOf } from './http/server-span.ts';
+import { observeRequests } from './http/observe-requests.ts';
+import { serverSpanOf } from './http/server-span.ts';
 import type { Metrics } from './metrics/metrics.ts';
 import { readOutboxStats } from './outbox/outbox-stats.ts';
 import { DEFAULT_SERVICE_NAME } from './service-name.ts';
@@ -51,9 +50,7 @@ export function createApp(deps: Deps, options: AppOptions = {}): Hono {
   app.use(
     '*',
     requestId({ limitLength: 128 }),
-    accessLog(deps.log),
-    ...(options.metrics ? [requestMetrics(options.metrics)] : []),
-    serverSpan(deps.tracer),
+    observeRequests({ tracer: deps.tracer, log: deps.log, metrics: options.metrics }),
     bodyLimit({
       maxSize: MAX_BODY_BYTES,
       onError: () => {

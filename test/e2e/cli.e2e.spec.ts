@@ -5,6 +5,16 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createTempDir } from '../support/db.ts';
 import { runtimeCommand, runToExit } from '../support/process.ts';
 
+/** Runs `check` on every item, at most `n` at a time (each command line is its own process; they do not share state). */
+async function eachWithin<T>(items: readonly T[], n: number, check: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: n }, async () => {
+      while (next < items.length) await check(items[next++]!);
+    }),
+  );
+}
+
 const cleanups: Array<() => unknown> = [];
 afterEach(() => {
   while (cleanups.length) cleanups.pop()!();
@@ -216,15 +226,15 @@ describe('cli - operator commands cannot break guarantees', () => {
       ['toString'],
       ['__proto__'],
     ];
-    for (const args of bad) {
+    await eachWithin(bad, 3, async (args) => {
       const res = await w.cli(args);
       expect(res.code, `${args.join(' ')}\n${res.stderr}`).toBe(2);
       expect(res.stderr, args.join(' ')).toContain('usage: npm run cli');
       expect(res.stderr, args.join(' ')).not.toMatch(/^\s+at /m);
       expect(res.stdout, args.join(' ')).toBe('');
-    }
+    });
     expect(await w.rows()).toEqual(before);
-  });
+  }, 180_000);
 });
 
 describe('relay and consume entries - bad command lines', () => {
@@ -245,17 +255,17 @@ describe('relay and consume entries - bad command lines', () => {
       ['src/entry/consume.ts', ['reporting', 'extra']],
       ['src/entry/consume.ts', ['reporting', '--batch', '1']],
     ];
-    for (const [entry, args] of runs) {
+    await eachWithin(runs, 3, async ([entry, args]) => {
       const { cmd, args: base } = runtimeCommand('node', entry);
-      const res = await runToExit(cmd, [...base, ...args], env, 20_000);
+      const res = await runToExit(cmd, [...base, ...args], env, 60_000);
       const label = `${entry} ${args.join(' ')}`;
       expect(res.code, `${label}\n${res.stderr}`).toBe(2);
       expect(res.stderr, label).toMatch(/usage: npm run (relay|consume)/);
       expect(res.stderr, label).not.toMatch(/^\s+at /m);
-    }
+    });
     expect(existsSync(w.env.DATABASE_URL.slice('file:'.length))).toBe(false);
     expect(existsSync(w.env.CONSUMER_DATABASE_URL_TEMPLATE.replace('{name}', 'reporting').slice('file:'.length))).toBe(false);
-  });
+  }, 180_000);
 });
 
 describe('consume entry - start-up refusals', () => {
