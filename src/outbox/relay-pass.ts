@@ -113,9 +113,19 @@ function prepare(row: PendingRow, stored: Record<string, unknown> | undefined, s
     throw new Error(`message of ${data.length} bytes exceeds the stream's maximum message size (${s.maxMsgSize} bytes)`);
   }
   const { traceparent, tracestate } = traceHeadersOf(span.spanContext());
+  const headers = eventHeaders(event, { traceparent, correlationId: stored?.correlationId });
   // trace metadata is optional: a tracestate that would make the message too large is left out, never a reason to park
-  const fits = tracestate !== undefined && data.length + headerBytes + tracestate.length + 14 <= s.maxMsgSize;
-  return { data, headers: eventHeaders(event, { traceparent, ...(fits ? { tracestate } : {}), correlationId: stored?.correlationId }) };
+  if (tracestate !== undefined && data.length + encodedSize(headers, row.id) + `tracestate: ${tracestate}\r\n`.length <= s.maxMsgSize) {
+    headers.set('tracestate', tracestate);
+  }
+  return { data, headers };
+}
+
+/** The bytes `headers` take on the wire, with the Nats-Msg-Id header the publish adds (`NATS/1.0`, `k: v` lines). */
+function encodedSize(headers: MsgHdrs, msgId: string): number {
+  let bytes = 'NATS/1.0\r\n\r\n'.length + `Nats-Msg-Id: ${msgId}\r\n`.length;
+  for (const [key, values] of headers) for (const v of values) bytes += key.length + 4 + encoder.encode(v).length;
+  return bytes;
 }
 
 /** A row that was not published this pass: why (the error's message is stored as last_error) and its span. */
