@@ -8,11 +8,11 @@ const target = process.env.DB ?? 'service';
 export default target === 'service'
   ? defineConfig({
       dialect: 'sqlite',
-      schema: ['./src/outbox/tables.ts', './src/http/tables.ts', './src/contexts/*/tables.ts'],
+      schema: ['./src/outbox/tables.ts', './src/leases/tables.ts', './src/http/tables.ts', './src/contexts/*/tables.ts'],
       out: './db/migrations',
     })
   : defineConfig({
       dialect: 'sqlite',
-      schema: ['./src/inbox/tables.ts', `./src/subscribers/${target}/tables.ts`],
+      schema: ['./src/inbox/tables.ts', './src/leases/tables.ts', `./src/subscribers/${target}/tables.ts`],
       out: `./db/subscribers/${target}`,
     });

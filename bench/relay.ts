@@ -1,5 +1,18 @@
 // npm run bench:relay — (a) raw pipelined JetStream publish vs (b) the relay draining the same number of
 // outbox rows, on one private nats-server in one run; (c) commit → PubAck lag at a steady command rate.
+//   --messages N      rows for (a)/(b) (default 20 000)
+//   --rate R          commands per second for (c) (default 1000)
+//   --seconds S       duration of (c) (default 30)
+//
+// npm run bench:relay -- --relays 1,2,4 — instead of (a)–(c): the drain rate of 1, 2, 4 … relay PROCESSES (the
+// real entry, src/entry/relay.ts) sharing one outbox by partition leases, as ratios to one relay and to raw
+// pipelined publishing of the same messages in the same run (see bench/relay-processes.ts for how it is timed).
+//   --relays 1,2,4    relay process counts to compare
+//   --rows N          backlog rows (default 20 000)
+//   --lease-ttl-ms T  RELAY_LEASE_TTL_MS of those relays (default 3000: they settle in ~1 s)
+//   --rounds R        runs per count, the median drain reported (default 1)
+//   --profile         runs the relays of the first count with `node --cpu-prof`; the profiles' paths are printed
+//                     (`node --import tsx bench/cpu-profile-top.ts <file.cpuprofile>` lists their top frames)
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { headers } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
@@ -14,7 +27,9 @@ import type { TestDb } from '../test/support/db.ts';
 import { orderBody } from '../test/support/example-orders.ts';
 import { relayDeps } from '../test/support/relay.ts';
 import { TEST_STREAM } from '../test/support/stream.ts';
+import { benchRelayProcesses } from './relay-processes.ts';
 import { createServiceDb, numberArg, percentile, round, saveResult, startNats } from './support.ts';
+import { stringArg } from './variants/launch.ts';
 
 const N = numberArg('messages', 20_000);
 const RATE = numberArg('rate', 1000);
@@ -36,14 +51,15 @@ async function fillOutbox(t: TestDb, n: number): Promise<void> {
 
 /** Publishes pre-built messages pipelined; with `fullHeaders`, each carries the relay's headers, built beforehand. */
 async function rawPublish(url: string, stream: string, prefix: string, payloads: string[], fullHeaders = false): Promise<number> {
-  const nc = await connect({ servers: [url] });
+  const nc = await connect({ servers: [url], noAsyncTraces: true });
   const js = jetstream(nc);
   const enc = new TextEncoder();
   const prebuilt = fullHeaders ? payloads.map((p) => eventHeaders(JSON.parse(p))) : undefined;
   const start = performance.now();
   const inFlight = createInFlight(IN_FLIGHT);
   for (let i = 0; i < payloads.length; i++) {
-    await inFlight.slot();
+    // as the relay does: no await while a slot is free, so one turn's publishes share a socket write
+    if (inFlight.full()) await inFlight.slot();
     const h = prebuilt?.[i] ?? headers();
     if (!prebuilt) h.set('Event-Type', 'order.placed.v1');
     inFlight.track(js.publish(`${prefix}.order.raw${i}`, enc.encode(payloads[i]!), { msgID: `raw-${stream}-${i}`, headers: h }));
@@ -159,4 +175,16 @@ async function main() {
   }
 }
 
-await main();
+const RELAYS = stringArg('relays', '');
+if (RELAYS) {
+  const counts = RELAYS.split(',').map((c) => Number(c.trim()));
+  if (counts.some((c) => !Number.isInteger(c) || c < 1 || c > 16)) throw new Error(`--relays takes counts from 1 to 16, e.g. 1,2,4 (got ${RELAYS})`);
+  await benchRelayProcesses({
+    counts,
+    rows: numberArg('rows', 20_000),
+    leaseTtlMs: numberArg('lease-ttl-ms', 3000),
+    rounds: numberArg('rounds', 1),
+    profile: process.argv.includes('--profile'),
+    fill: fillOutbox,
+  });
+} else await main();

@@ -1,6 +1,6 @@
 // Shared helpers for the benchmarks: a private nats-server, a temp database, percentiles, result files.
 // The benchmarks measure this service as users run it, the example context and subscribers included.
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { MIGRATIONS_FOLDER } from '../src/entry/boot.ts';
 import { modules } from '../src/modules.ts';
@@ -35,4 +35,64 @@ export function saveResult(name: string, result: unknown): string {
 export function numberArg(name: string, fallback: number): number {
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 && process.argv[i + 1] ? Number(process.argv[i + 1]) : fallback;
+}
+
+/** Clock ticks per second of /proc/<pid>/stat (USER_HZ: 100 on every Linux we run on). */
+const CLOCK_TICKS = 100;
+
+/** CPU seconds (user + system) process `pid` has used so far, from /proc (Linux); undefined where it cannot be read. */
+export function cpuSecondsOf(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // the command name (2nd field) may hold spaces: count fields after its closing parenthesis
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The pid of the first process whose argv `match` accepts, from /proc (Linux); undefined when none or elsewhere. */
+export function findPid(match: (argv: string[]) => boolean): number | undefined {
+  try {
+    for (const entry of readdirSync('/proc')) {
+      if (!/^\d+$/.test(entry)) continue;
+      try {
+        const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0').filter(Boolean);
+        if (argv.length > 0 && match(argv)) return Number(entry);
+      } catch {
+        // gone meanwhile
+      }
+    }
+  } catch {
+    // no /proc
+  }
+  return undefined;
+}
+
+/**
+ * Seconds the main thread of process `pid` (its event loop, for Node) has spent runnable but waiting for a CPU so far
+ * (/proc/<pid>/schedstat, Linux): a process that waits long on the run queue is held back by the machine, not by its
+ * own work.
+ */
+export function runQueueWaitSecondsOf(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    return Number(readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[1]) / 1e9;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The machine's CPU time counters (/proc/stat, Linux): busy and total jiffies over all CPUs; undefined elsewhere. */
+export function machineCpuTicks(): { busy: number; total: number } | undefined {
+  try {
+    const cpu = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+    const total = cpu.reduce((s, n) => s + n, 0);
+    const idle = cpu[3]! + (cpu[4] ?? 0);
+    return { busy: total - idle, total };
+  } catch {
+    return undefined;
+  }
 }

@@ -67,6 +67,20 @@ export const ConfigSchema = z.object({
     .optional(),
   STREAM_MAX_BYTES: int(1024 * 1024, Number.MAX_SAFE_INTEGER).default(1024 * 1024 * 1024),
   STREAM_DUPLICATE_WINDOW_MS: int(1000, 7 * 24 * 3600 * 1000).default(10 * 60 * 1000),
+  /** Replicas of the stream when it is created: 1 on a single server, 3 on a three-node JetStream cluster. */
+  STREAM_REPLICAS: int(1, 5).default(1),
+  /**
+   * Outbox partitions (hash of aggregate type and id): relays share the work by leasing partitions, and per-aggregate
+   * order lives inside one. Applied by a relay at start; a change is refused while rows are pending.
+   */
+  OUTBOX_PARTITIONS: int(1, 1024).default(16),
+  /** How long a relay's (or a partitioned subscriber's) lease lasts without renewal; renewed every third of it (ms). */
+  RELAY_LEASE_TTL_MS: int(300, 600_000).default(10_000),
+  /** Names this process among the relays and subscriber instances sharing leases (default: the host name, else a random id). */
+  INSTANCE_NAME: z
+    .string()
+    .regex(/^[A-Za-z0-9_.:-]{1,64}$/, 'up to 64 letters, digits, ., :, - and _')
+    .optional(),
   RELAY_POLL_MS: int(1, 60_000).default(100),
   RELAY_BATCH: int(1, 10_000).default(500),
   RELAY_MAX_IN_FLIGHT: int(1, 10_000).default(256),
@@ -103,6 +117,12 @@ export const ConfigSchema = z.object({
   CONSUMER_ACK_WAIT_MS: int(100, 3_600_000).default(30_000),
   CONSUMER_MAX_DELIVER: int(1, 1000).default(10),
   CONSUMER_BATCH: int(1, 10_000).default(256),
+  /**
+   * `true` runs each subscriber as one durable consumer per outbox partition, leased by the instances running it, so
+   * several instances share its work with per-aggregate order; `false` (default) runs one consumer, active in one
+   * instance at a time (the others stand by).
+   */
+  CONSUMER_PARTITIONED: boolean.default(false),
   METRICS_PORT: int(0, 65535).optional(),
   ADMIN_TOKEN: z.string().min(16, 'at least 16 characters').optional(),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),

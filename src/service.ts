@@ -13,11 +13,12 @@ import type { Relay, RelayRunOptions } from './outbox/relay.ts';
 import type { RelayFaults } from './outbox/relay-pass.ts';
 import { createSignal } from './signal.ts';
 import type { Modules } from './compose/define-modules.ts';
-import type { ConsumerFaults, ConsumerRunner } from './inbox/consumer-runner.ts';
+import type { ConsumerFaults } from './inbox/consumer-runner.ts';
+import type { LeasedSubscriber } from './inbox/leased-subscriber.ts';
 import { createApiRole } from './roles/api.ts';
 import { createConsumersRole, type ConsumersRole } from './roles/consumers.ts';
 import { createRelayRole, type RelayRole } from './roles/relay.ts';
-import { createRoleDeps, type Housekeeping, type Runtime } from './roles/shared.ts';
+import { createRoleDeps, instanceIdOf, type Housekeeping, type Runtime } from './roles/shared.ts';
 
 export type ServiceIo = {
   /** The contexts, events and subscribers this service is made of (src/modules.ts, or a test's fixture). */
@@ -49,7 +50,8 @@ export type Service = {
   /** The HTTP app: command routes when the `api` role runs, and always /health, /ready and /metrics. */
   app: Hono;
   relay?: Relay;
-  consumers: ConsumerRunner[];
+  /** The subscribers this process runs, each through its leases (see createLeasedSubscriber). */
+  consumers: LeasedSubscriber[];
   /** Settles when a background role stops; rejects on a fatal error such as an unsafe stream configuration. */
   background: Promise<void>;
   /** Stops background roles after their work in flight and waits for queued writes. */
@@ -84,10 +86,11 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
         })
       : undefined;
 
+  const instance = instanceIdOf(config);
   let relayRole: RelayRole | undefined;
   if (roles.has('relay')) {
     if (!io.connect) throw new Error('the relay role needs a NATS transport');
-    relayRole = createRelayRole(config, shared, { connect: io.connect, wake: relayWake, faults: io.relayFaults });
+    relayRole = createRelayRole(config, shared, { connect: io.connect, wake: relayWake, instance, faults: io.relayFaults });
   }
   let consumersRole: ConsumersRole | undefined;
   if (roles.has('consumers')) {
@@ -95,12 +98,13 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
     consumersRole = await createConsumersRole(config, shared, {
       connect: io.connect,
       openSubscriberDb: io.openSubscriberDb,
+      instance,
       faults: io.consumerFaults,
       brokenNoInbox: io.brokenNoInbox,
     });
   }
   const relay = relayRole?.relay;
-  const consumers = consumersRole?.runners ?? [];
+  const consumers = consumersRole?.subscribers ?? [];
   // A role whose run ended publishes or applies nothing more: /ready says so.
   const ended = new Set<string>();
   const track = (key: string, run: Promise<unknown>): Promise<void> => {
@@ -111,9 +115,15 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
   const running = (key: string) => () => !ended.has(key);
   const api = createApiRole(config, shared, {
     running: {
-      relay: relay && { state: relay.state, lastSuccessfulPassAt: relay.lastSuccessfulPassAt, running: running('relay') },
+      relay: relay && { state: relay.state, lastSuccessfulPassAt: relay.lastSuccessfulPassAt, running: running('relay'), leases: relay.leases },
       subscribers: consumersRole && {
-        runners: consumers.map((c) => ({ name: c.name, state: c.state, databaseState: c.databaseState, running: running(`consumer:${c.name}`) })),
+        runners: consumers.map((c) => ({
+          name: c.name,
+          state: c.state,
+          databaseState: c.databaseState,
+          running: running(`consumer:${c.name}`),
+          leases: c.leases,
+        })),
         backlog: consumersRole.status,
       },
     },
@@ -125,7 +135,8 @@ export async function createService(config: Config, io: ServiceIo): Promise<Serv
   const stop = new AbortController();
   const background: Promise<void>[] = [];
   if (relay) background.push(track('relay', relay.run({ ...io.relayRun, signal: stop.signal })));
-  for (const runner of consumers) background.push(track(`consumer:${runner.name}`, runner.run({ signal: stop.signal })));
+  // Each subscriber runs through its leases: its runners start and stop as this instance acquires and loses them.
+  for (const subscriber of consumers) background.push(track(`consumer:${subscriber.name}`, subscriber.run(stop.signal)));
   // Compaction timers run until stop, outside `background`: a bounded relay run ends its process without them.
   const schedule = io.compactionSchedule ?? HOURLY;
   const housekeeping = [api, relayRole, consumersRole].flatMap((role): Housekeeping[] => role?.housekeeping ?? []).map((h) => h(schedule, stop.signal));

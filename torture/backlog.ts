@@ -1,6 +1,7 @@
 // The torture run's backlog phase: commands queue while the broker is down, a poison account among them.
 import { createClient } from '@libsql/client';
-import type { NatsServer } from '../test/support/nats.ts';
+import { aggregateHash } from '../src/outbox/partition.ts';
+import type { Broker } from './broker.ts';
 import { runLoad, type LedgerEntry } from './load.ts';
 
 export type BacklogOptions = {
@@ -13,7 +14,8 @@ export type BacklogOptions = {
   baseUrl: string;
   /** The fixture service's database. */
   dbUrl: string;
-  nats: NatsServer;
+  /** The broker: every node goes down for the phase. */
+  nats: Pick<Broker, 'kill' | 'restart'>;
   /** Receives the poison account's id: the checker expects its rows parked, not published. */
   parkedAccounts: string[];
   log: (line: string) => void;
@@ -70,9 +72,9 @@ export async function backlogPhase(p: BacklogOptions): Promise<LedgerEntry[]> {
 }
 
 /**
- * Opens the poison account `poison-<seed>` as POST /accounts would (its row and its `account.opened.v1` outbox row
- * in one write transaction), but with an event of more than `maxMsgSize` bytes: no fixture command makes an event
- * that large (an owner is at most 64 characters), so the row is written straight into the database. The event is
+ * Opens the poison account `poison-<seed>` as POST /accounts would (its row and its `account.opened.v1` outbox row,
+ * in the account's partition, in one write transaction), but with an event of more than `maxMsgSize` bytes: no
+ * fixture command makes an event that large (an owner is at most 64 characters), so the row is written straight into the database. The event is
  * valid (the registry accepts it: `data.accountId` has no length limit), so only the operator's small stream refuses
  * it. Returns the account's id.
  */
@@ -94,8 +96,9 @@ async function openPoisonAccount(dbUrl: string, seed: number, maxMsgSize: number
       [
         { sql: "INSERT INTO accounts (id, owner, balance_cents, status, version, opened_at) VALUES (?, 'poison', 0, 'open', 1, ?)", args: [id, now.getTime()] },
         {
-          sql: "INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, headers, status, attempts, occurred_at, available_at) VALUES (?, 'account', ?, 'account.opened.v1', ?, '{}', 'pending', 0, ?, ?)",
-          args: [event.eventId, id, JSON.stringify(event), now.getTime(), now.getTime()],
+          // in its aggregate's partition, as appendToOutbox stores a row: the account's later events land in the same one
+          sql: "INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, headers, status, attempts, occurred_at, available_at, aggregate_hash, partition) VALUES (?, 'account', ?, 'account.opened.v1', ?, '{}', 'pending', 0, ?, ?, ?, ? % (SELECT count FROM outbox_partitions WHERE id = 1))",
+          args: [event.eventId, id, JSON.stringify(event), now.getTime(), now.getTime(), aggregateHash('account', id), aggregateHash('account', id)],
         },
       ],
       'write',

@@ -1,15 +1,18 @@
 import { createClient } from '@libsql/client';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
-import { readStream } from '../test/support/stream.ts';
+import type { IntegrationEvent } from '../src/events/integration-event.ts';
+import { partitionOf } from '../src/outbox/partition.ts';
 import { commandOfKey, type LedgerEntry } from './load.ts';
 
 export type CheckInput = {
   apiDbUrl: string;
   /** The fixture's subscribers' databases: `balances` (owner_balances) and `audit` (audit_log). */
   subscriberDbUrls: { balances: string; audit: string };
+  /** One NATS URL, or several comma-separated (a cluster). */
   natsUrl: string;
   stream: string;
-  /** The stream's subject prefix: an event of account `id` is published on `<prefix>.account.<id>`. */
+  /** The stream's subject prefix: an event of account `id` in outbox partition `p` is published on `<prefix>.account.<id>.<p>`. */
   prefix: string;
   ledger: LedgerEntry[];
   /**
@@ -39,7 +42,7 @@ export type CheckReport = {
 };
 
 type StreamEvent = { seq: number; msgId: string; subject: string; eventId: string; aggregateId: string; aggregateVersion: number };
-type OutboxRow = { seq: number; id: string; aggregateId: string; type: string; status: string; version: number; amountCents: number };
+type OutboxRow = { seq: number; id: string; aggregateId: string; type: string; status: string; version: number; amountCents: number; partition: number };
 type Account = { owner: string; status: string; balance: number; version: number };
 
 const OPENED = 'account.opened.v1';
@@ -55,17 +58,47 @@ async function readAll(url: string, sql: string) {
   }
 }
 
+/**
+ * Every message of the stream, in stream order, through an ordered consumer (one pass, no request per message); it
+ * throws rather than skip a message it could not read, so a read error is never mistaken for a lost event.
+ */
 async function readStreamEvents(natsUrl: string, stream: string): Promise<StreamEvent[]> {
-  const nc = await connect({ servers: [natsUrl] });
+  const nc = await connect({ servers: natsUrl.split(',') });
   try {
-    return (await readStream(nc, stream)).map((m) => ({
-      seq: m.seq,
-      msgId: m.headers['Nats-Msg-Id'] ?? '',
-      subject: m.subject,
-      eventId: m.event.eventId,
-      aggregateId: m.event.aggregateId,
-      aggregateVersion: m.event.aggregateVersion,
-    }));
+    const info = await (await jetstreamManager(nc)).streams.info(stream);
+    const out: StreamEvent[] = [];
+    if (info.state.messages === 0) return out;
+    const consumer = await jetstream(nc).consumers.get(stream);
+    const messages = await consumer.consume({ max_messages: 1000 });
+    let idle: NodeJS.Timeout | undefined;
+    const arm = () => {
+      clearTimeout(idle);
+      idle = setTimeout(() => void messages.close(), 30_000);
+    };
+    arm();
+    try {
+      for await (const m of messages) {
+        arm();
+        const event = m.json<IntegrationEvent>();
+        out.push({
+          seq: m.seq,
+          msgId: m.headers?.get('Nats-Msg-Id') ?? '',
+          subject: m.subject,
+          eventId: event.eventId,
+          aggregateId: event.aggregateId,
+          aggregateVersion: event.aggregateVersion,
+        });
+        if (m.seq >= info.state.last_seq) break;
+      }
+    } finally {
+      clearTimeout(idle);
+      await messages.close();
+    }
+    if (out.length !== info.state.messages || out.at(-1)?.seq !== info.state.last_seq)
+      throw new Error(
+        `torture: read ${out.length} messages of stream ${stream} up to seq ${out.at(-1)?.seq}; it holds ${info.state.messages} up to ${info.state.last_seq}`,
+      );
+    return out;
   } finally {
     await nc.close();
   }
@@ -87,8 +120,9 @@ function groupBy<T>(items: Iterable<T>, key: (item: T) => string): Map<string, T
  * Checks the end state of a torture run on the fixture's accounts against the ledger: every acknowledged command
  * is wholly present, every unknown one wholly present or wholly absent (each balance is the sum of its committed
  * deposits), every committed event is in the stream once and applied once per subscriber, nothing exists that no
- * committed command explains, per-aggregate order holds in the outbox, the stream (aggregateVersion increasing per
- * subject) and the audit log, and the balances read model equals what the accounts table implies.
+ * committed command explains, per-aggregate order holds in the outbox (each row in its aggregate's partition), the
+ * stream (aggregateVersion increasing per aggregate, each on the subject naming its partition) and the audit log,
+ * and the balances read model equals what the accounts table implies.
  */
 export async function checkRun(input: CheckInput): Promise<CheckReport> {
   const violations: string[] = [];
@@ -117,20 +151,21 @@ export async function checkRun(input: CheckInput): Promise<CheckReport> {
       { owner: String(r.owner), status: String(r.status), balance: Number(r.balance_cents), version: Number(r.version) } satisfies Account,
     ]),
   );
-  const outbox: OutboxRow[] = (await readAll(input.apiDbUrl, 'SELECT seq, id, aggregate_id, message_type, status, payload FROM outbox ORDER BY seq')).map(
-    (r) => {
-      const e = JSON.parse(String(r.payload)) as { aggregateVersion: number; data: { amountCents?: number } };
-      return {
-        seq: Number(r.seq),
-        id: String(r.id),
-        aggregateId: String(r.aggregate_id),
-        type: String(r.message_type),
-        status: String(r.status),
-        version: e.aggregateVersion,
-        amountCents: e.data.amountCents ?? 0,
-      };
-    },
-  );
+  const outbox: OutboxRow[] = (
+    await readAll(input.apiDbUrl, 'SELECT seq, id, aggregate_id, message_type, status, payload, partition FROM outbox ORDER BY seq')
+  ).map((r) => {
+    const e = JSON.parse(String(r.payload)) as { aggregateVersion: number; data: { amountCents?: number } };
+    return {
+      seq: Number(r.seq),
+      id: String(r.id),
+      aggregateId: String(r.aggregate_id),
+      type: String(r.message_type),
+      status: String(r.status),
+      version: e.aggregateVersion,
+      amountCents: e.data.amountCents ?? 0,
+      partition: Number(r.partition),
+    };
+  });
   const keys = new Map(
     (await readAll(input.apiDbUrl, 'SELECT key, response_body FROM idempotency_keys')).map((r) => [
       String(r.key),
@@ -219,15 +254,23 @@ export async function checkRun(input: CheckInput): Promise<CheckReport> {
     if (!parked.has(id) && credited !== a.balance) v('lost', `account ${id}: credited events add up to ${credited} cents, its balance is ${a.balance}`);
   }
   for (const id of eventsByAccount.keys()) if (!accounts.has(id)) v('phantoms', `outbox events for unknown account ${id}`);
+  // every row of an aggregate in one partition, the one its hash names: two relays never publish one aggregate at once
+  const partitions = Number((await readAll(input.apiDbUrl, 'SELECT count FROM outbox_partitions WHERE id = 1'))[0]?.count);
+  for (const r of outbox) {
+    const want = partitionOf('account', r.aggregateId, partitions);
+    if (r.partition !== want)
+      v('orderViolations', `outbox row ${r.id} of account ${r.aggregateId} is in partition ${r.partition}, its aggregate's is ${want} of ${partitions}`);
+  }
 
-  // stream: one copy per outbox row, on its account's subject, nothing else; per subject in aggregate order
+  // stream: one copy per outbox row, on its account's subject (with its partition), nothing else; per aggregate in version order
   const outboxById = new Map(outbox.map((r) => [r.id, r]));
   const seen = new Map<string, number>();
   for (const m of stream) {
     seen.set(m.msgId, (seen.get(m.msgId) ?? 0) + 1);
     const row = outboxById.get(m.msgId);
     if (!row || m.msgId !== m.eventId) v('phantoms', `stream message ${m.seq} (${m.msgId}) has no outbox row`);
-    else if (m.subject !== `${input.prefix}.account.${row.aggregateId}`) v('phantoms', `stream message ${m.seq} (${m.msgId}) is on ${m.subject}`);
+    else if (m.subject !== `${input.prefix}.account.${row.aggregateId}.${row.partition}`)
+      v('phantoms', `stream message ${m.seq} (${m.msgId}) is on ${m.subject}`);
   }
   for (const [id, n] of seen) if (n > 1) v('duplicatedEffects', `event ${id} is ${n} times in the stream`);
   for (const r of outbox) {
@@ -235,11 +278,13 @@ export async function checkRun(input: CheckInput): Promise<CheckReport> {
       if (seen.has(r.id)) v('orderViolations', `event ${r.id} (${r.type}) of poison account ${r.aggregateId} reached the stream`);
     } else if (!seen.has(r.id)) v('lost', `outbox row ${r.id} (${r.type}) is not in the stream`);
   }
+  // per aggregate (whatever subject or partition its messages are on), versions increase in stream order
   const lastVersion = new Map<string, number>();
   for (const m of stream) {
-    const prev = lastVersion.get(m.subject) ?? 0;
-    if (m.aggregateVersion <= prev) v('orderViolations', `${m.subject}: version ${m.aggregateVersion} after ${prev} in the stream`);
-    lastVersion.set(m.subject, Math.max(prev, m.aggregateVersion));
+    const prev = lastVersion.get(m.aggregateId) ?? 0;
+    if (m.aggregateVersion <= prev)
+      v('orderViolations', `account ${m.aggregateId}: version ${m.aggregateVersion} after ${prev} in the stream (${m.subject}, seq ${m.seq})`);
+    lastVersion.set(m.aggregateId, Math.max(prev, m.aggregateVersion));
   }
 
   // subscribers: inbox == outbox ids (but the parked account's), no dead letters

@@ -1,18 +1,21 @@
 // npm run torture -- --seed <n> [--commands N --kills K --broker-restarts R --pauses P --rate R --concurrency C]
-// Real processes of the test fixture's service (API, relay, the balances and audit subscribers, nats-server), a
-// client-side ledger, seeded faults, then a check. It runs the fixture (test/support/fixture), never the example
-// context, so it keeps working in a clone that deleted the example.
+//   [--relays N --subscriber-instances M --cluster]
+// Real processes of the test fixture's service (API, relays, the balances and audit subscribers, nats-server or a
+// three-node JetStream cluster), a client-side ledger, seeded faults, then a check. It runs the fixture
+// (test/support/fixture), never the example context, so it keeps working in a clone that deleted the example.
 import { createClient } from '@libsql/client';
-import { jetstreamManager } from '@nats-io/jetstream';
+import { DiscardPolicy, JetStreamApiError, jetstreamManager, RetentionPolicy, StorageType, type JetStreamManager } from '@nats-io/jetstream';
+import { nanos } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startNats } from '../test/support/nats.ts';
 import { FAULT_ENTRY, FIXTURE_ENTRY, freePort, runtimeCommand, spawnChild, type ChildHandle } from '../test/support/process.ts';
 import { ensureStream } from '../src/nats/ensure-stream.ts';
+import type { StreamSettings } from '../src/nats/stream-settings.ts';
 import { durableNameOf } from '../src/service-name.ts';
 import { backlogPhase } from './backlog.ts';
+import { startBroker } from './broker.ts';
 import { checkRun, type CheckReport } from './check.ts';
 import { runLoad, type LedgerEntry } from './load.ts';
 import { buildSchedule, type Fault, type ProcessName } from './schedule.ts';
@@ -35,11 +38,45 @@ export type TortureOptions = {
   lockSubscriberMs?: number;
   /** A deliberately broken variant, to prove the checker can fail: `no-inbox` or `mark-before-puback`. */
   broken?: 'no-inbox' | 'mark-before-puback';
+  /** Relay processes sharing the outbox partitions through leases (default 1); each is killed and restarted on the schedule. */
+  relays?: number;
+  /**
+   * Processes per subscriber, run with CONSUMER_PARTITIONED=true (one durable per partition, leased by the
+   * instances). Unset: one process per subscriber with the single durable.
+   */
+  subscriberInstances?: number;
+  /** A three-node JetStream cluster with the stream at three replicas; broker restarts then take one node (the stream's leader). */
+  cluster?: boolean;
+  /** RELAY_LEASE_TTL_MS of the relays and the subscribers (default 2000: takeovers happen within the run). */
+  leaseTtlMs?: number;
+  /** OUTBOX_PARTITIONS (default 16). */
+  partitions?: number;
   keep?: boolean;
   log?: (line: string) => void;
 };
 
-export type TortureResult = CheckReport & { seed: number; injected: Record<string, number>; schedule: Fault[]; ledger: number; seconds: number; dir: string };
+/** How the run was deployed. */
+export type Topology = { relays: number; subscriberInstances: number; partitioned: boolean; cluster: boolean; partitions: number; leaseTtlMs: number };
+/**
+ * Lease acquisitions of one scope, from the epochs in its database: every acquisition bumps a partition's epoch, so
+ * `acquisitions` is their sum and `takeovers` what came after each partition's first (a partition taken over from a
+ * killed, paused or stopped instance, or handed over when the fair share changed).
+ */
+export type LeaseCount = { partitions: number; acquisitions: number; takeovers: number };
+
+export type TortureResult = CheckReport & {
+  seed: number;
+  injected: Record<string, number>;
+  schedule: Fault[];
+  ledger: number;
+  seconds: number;
+  dir: string;
+  topology: Topology;
+  /** By lease database: `relay` (the service database) and each subscriber's; absent where the table is missing or empty. */
+  leases: Record<string, LeaseCount>;
+  /** SIGKILLs by process (`relay-2`, `balances-1`, … or the kind's name when it runs one process). */
+  killsByProcess: Record<string, number>;
+};
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const ACK_WAIT_MS = 2000;
@@ -57,18 +94,30 @@ const PREFIX = 'hono-outbox';
 const SUBSCRIBERS = ['balances', 'audit'] as const;
 /** The subscriber whose database the lock phase write-locks. */
 const LOCKED_SUBSCRIBER = 'balances';
+/** The default lease TTL of a run: short, so leases of killed and paused processes are taken over within it. */
+export const TORTURE_LEASE_TTL_MS = 2000;
+const KINDS: readonly ProcessName[] = ['api', 'relay', 'balances', 'audit'];
 
 /** Runs one torture configuration end to end and returns the check report (it never throws for violations). */
 export async function runTorture(o: TortureOptions): Promise<TortureResult> {
   const log = o.log ?? ((l: string) => console.error(l));
   const began = performance.now();
   const dir = mkdtempSync(join(tmpdir(), `torture-${o.seed}-`));
-  const nats = await startNats();
+  const partitioned = o.subscriberInstances !== undefined;
+  const topology: Topology = {
+    relays: Math.max(1, o.relays ?? 1),
+    subscriberInstances: Math.max(1, o.subscriberInstances ?? 1),
+    partitioned,
+    cluster: o.cluster ?? false,
+    partitions: o.partitions ?? 16,
+    leaseTtlMs: o.leaseTtlMs ?? TORTURE_LEASE_TTL_MS,
+  };
+  const broker = await startBroker({ cluster: topology.cluster, dir, log });
   const apiPort = await freePort();
   const env: Record<string, string> = {
     DATABASE_URL: `file:${join(dir, 'app.db')}`,
     CONSUMER_DATABASE_URL_TEMPLATE: `file:${join(dir, '{name}.db')}`,
-    NATS_URL: nats.url,
+    NATS_URL: broker.url,
     LOG_LEVEL: 'error',
     HOST: '127.0.0.1',
     RELAY_POLL_MS: '50',
@@ -77,9 +126,14 @@ export async function runTorture(o: TortureOptions): Promise<TortureResult> {
     RELAY_PUBLISH_TIMEOUT_MS: '2000',
     CONSUMER_ACK_WAIT_MS: String(ACK_WAIT_MS),
     CONSUMER_MAX_DELIVER: String(MAX_DELIVER),
+    RELAY_LEASE_TTL_MS: String(topology.leaseTtlMs),
+    OUTBOX_PARTITIONS: String(topology.partitions),
+    STREAM_REPLICAS: String(broker.replicas),
+    ...(partitioned ? { CONSUMER_PARTITIONED: 'true' } : {}),
   };
   // The broken variants run the fault entry (crash hooks live in test code only), the fixture's entry otherwise;
-  // a broken subscriber also dies once between commit and ack, so a redelivery is certain.
+  // a broken subscriber also dies once between commit and ack (the first of its instances to get there), so a
+  // redelivery is certain.
   const brokenSubscriber = (name: string) => (o.broken === 'no-inbox' ? `no-inbox,kill-after-commit:10:${join(dir, `${name}.crashed`)}` : undefined);
   const commands: Record<ProcessName, ProcessCommand> = {
     api: { entry: FIXTURE_ENTRY, args: [], env: { ROLES: 'api', PORT: String(apiPort) } },
@@ -87,34 +141,49 @@ export async function runTorture(o: TortureOptions): Promise<TortureResult> {
     balances: roleCommand({ ROLES: 'consumers', CONSUMERS: 'balances' }, ['consume', 'balances'], brokenSubscriber('balances')),
     audit: roleCommand({ ROLES: 'consumers', CONSUMERS: 'audit' }, ['consume', 'audit'], brokenSubscriber('audit')),
   };
-  const procs = new Map<ProcessName, ChildHandle>();
-  const start = (name: ProcessName) => {
-    const c = commands[name];
-    const { cmd, args } = runtimeCommand('node', c.entry);
-    procs.set(name, spawnChild(cmd, [...args, ...c.args], { ...env, ...c.env }));
+  const instances: Record<ProcessName, number> = {
+    api: 1,
+    relay: topology.relays,
+    balances: topology.subscriberInstances,
+    audit: topology.subscriberInstances,
   };
-  const alive = (name: ProcessName) => {
-    const p = procs.get(name)?.proc;
+  /** Every process of the run: `<kind>-<n>` (n from 1), or the kind's name alone when it runs one. */
+  const processId = (kind: ProcessName, i: number) => (instances[kind] === 1 ? kind : `${kind}-${i + 1}`);
+  const processes = KINDS.flatMap((kind) => Array.from({ length: instances[kind] }, (_, i) => ({ id: processId(kind, i), kind })));
+  const procs = new Map<string, ChildHandle>();
+  const start = (p: { id: string; kind: ProcessName }) => {
+    const c = commands[p.kind];
+    const { cmd, args } = runtimeCommand('node', c.entry);
+    procs.set(p.id, spawnChild(cmd, [...args, ...c.args], { ...env, ...c.env, INSTANCE_NAME: p.id }));
+  };
+  const alive = (id: string) => {
+    const p = procs.get(id)?.proc;
     return !!p && p.exitCode === null && p.signalCode === null;
   };
-  const restarting = new Set<ProcessName>();
+  const restarting = new Set<string>();
+  const killsByProcess: Record<string, number> = {};
   const injected: Record<string, number> = { 'kill api': 0, 'kill relay': 0, 'kill balances': 0, 'kill audit': 0, 'broker restart': 0, pause: 0 };
+  if (topology.cluster) injected['broker restart of the stream leader'] = 0;
 
   try {
     // the operator's stream, created before any process: the relay and subscribers adopt it as it is
-    const admin = await connect({ servers: [nats.url] });
-    await ensureStream(await jetstreamManager(admin), {
-      name: STREAM,
-      prefix: PREFIX,
-      maxBytes: 1024 * 1024 * 1024,
-      maxAgeMs: 7 * 24 * 3600 * 1000,
-      duplicateWindowMs: 10 * 60 * 1000,
-      maxMsgSize: MAX_MSG_SIZE,
-      maxBackoffMs: MAX_BACKOFF_MS,
-    });
-    await admin.close();
-    (Object.keys(commands) as ProcessName[]).forEach(start);
+    await createOperatorStream(
+      broker.servers,
+      {
+        name: STREAM,
+        prefix: PREFIX,
+        maxBytes: 1024 * 1024 * 1024,
+        maxAgeMs: 7 * 24 * 3600 * 1000,
+        duplicateWindowMs: 10 * 60 * 1000,
+        maxMsgSize: MAX_MSG_SIZE,
+        maxBackoffMs: MAX_BACKOFF_MS,
+      },
+      broker.replicas,
+    );
+    processes.forEach(start);
     await waitFor(async () => (await fetch(`http://127.0.0.1:${apiPort}/health`).catch(() => undefined))?.ok === true, 30_000, 'API start');
+    // a relay applies OUTBOX_PARTITIONS at start, and refuses to change it once rows are pending: no command before
+    await waitFor(async () => (await partitionCount(env.DATABASE_URL!)) === topology.partitions, 60_000, 'the relays applying OUTBOX_PARTITIONS');
 
     const schedule = buildSchedule({
       seed: o.seed,
@@ -123,34 +192,38 @@ export async function runTorture(o: TortureOptions): Promise<TortureResult> {
       brokerRestarts: o.brokerRestarts,
       pauses: o.pauses,
       pauseMs: Math.max(ACK_WAIT_MS, 1000) + 1500,
+      instances,
     });
     const due = [...schedule];
     const running: Promise<void>[] = [];
     const fire = async (f: Fault) => {
       if (f.kind === 'kill') {
+        const id = processId(f.target, f.instance);
         injected[`kill ${f.target}`]!++;
-        restarting.add(f.target);
-        await procs.get(f.target)?.kill9();
+        killsByProcess[id] = (killsByProcess[id] ?? 0) + 1;
+        restarting.add(id);
+        await procs.get(id)?.kill9();
         await sleep(f.restartAfterMs);
-        start(f.target);
-        restarting.delete(f.target);
+        start({ id, kind: f.target });
+        restarting.delete(id);
       } else if (f.kind === 'pause') {
-        const p = procs.get(f.target);
-        if (!p || !alive(f.target)) return;
+        const id = processId(f.target, f.instance);
+        const p = procs.get(id);
+        if (!p || !alive(id)) return;
         injected.pause!++;
         p.proc.kill('SIGSTOP');
         await sleep(f.forMs);
         p.proc.kill('SIGCONT');
       } else {
         injected['broker restart']!++;
-        await nats.kill();
-        await sleep(f.downForMs);
-        await nats.restart();
+        const { node, leader } = await broker.restartOne(STREAM, f.downForMs);
+        if (topology.cluster && leader) injected['broker restart of the stream leader']!++;
+        if (topology.cluster) log(`torture: broker node ${node}${leader ? ' (the stream leader)' : ''} killed and restarted`);
       }
     };
     // a supervisor: processes that died by themselves (test faults) come back after a moment
     const watchdog = setInterval(() => {
-      for (const name of Object.keys(commands) as ProcessName[]) if (!alive(name) && !restarting.has(name)) start(name);
+      for (const p of processes) if (!alive(p.id) && !restarting.has(p.id)) start(p);
     }, 500);
     let busy: Promise<void> = Promise.resolve();
     const ledger: LedgerEntry[] = await runLoad({
@@ -179,7 +252,7 @@ export async function runTorture(o: TortureOptions): Promise<TortureResult> {
           maxMsgSize: MAX_MSG_SIZE,
           baseUrl: `http://127.0.0.1:${apiPort}`,
           dbUrl: env.DATABASE_URL!,
-          nats,
+          nats: broker,
           parkedAccounts,
           log,
           lockSubscriber,
@@ -190,31 +263,98 @@ export async function runTorture(o: TortureOptions): Promise<TortureResult> {
     }
 
     // restart anything down, then wait (bounded) until the outbox is drained and the subscribers caught up
-    for (const name of Object.keys(commands) as ProcessName[]) {
-      const p = procs.get(name);
-      if (!alive(name)) start(name);
-      else p!.proc.kill('SIGCONT');
+    for (const p of processes) {
+      if (!alive(p.id)) start(p);
+      else procs.get(p.id)!.proc.kill('SIGCONT');
     }
     log(`torture: load done (${ledger.length} requests), draining`);
-    await waitFor(() => drained(env.DATABASE_URL!, nats.url, parkedAccounts), 300_000, 'drain');
+    const durables = partitioned ? topology.partitions : 1;
+    const drainFrom = performance.now();
+    await waitFor(() => drained(env.DATABASE_URL!, broker.servers, parkedAccounts, durables), 300_000, 'drain', log);
     clearInterval(watchdog);
+    log(`torture: drained in ${Math.round((performance.now() - drainFrom) / 1000)} s, stopping the processes`);
 
-    for (const p of procs.values()) await p.stop('SIGTERM', 15_000).catch(() => p.kill9());
+    await Promise.all([...procs.values()].map((p) => p.stop('SIGTERM', 15_000).catch(() => p.kill9())));
+    const subscriberDbUrls = { balances: `file:${join(dir, 'balances.db')}`, audit: `file:${join(dir, 'audit.db')}` };
     const report = await checkRun({
       apiDbUrl: env.DATABASE_URL!,
-      subscriberDbUrls: { balances: `file:${join(dir, 'balances.db')}`, audit: `file:${join(dir, 'audit.db')}` },
-      natsUrl: nats.url,
+      subscriberDbUrls,
+      natsUrl: broker.url,
       stream: STREAM,
       prefix: PREFIX,
       ledger,
       parkedAccounts,
     });
+    const leases: Record<string, LeaseCount> = {};
+    for (const [name, url] of [['relay', env.DATABASE_URL!], ...Object.entries(subscriberDbUrls)] as const) {
+      const count = await countLeases(url);
+      if (count) leases[name] = count;
+    }
     writeFileSync(join(dir, 'ledger.json'), JSON.stringify(ledger));
-    return { ...report, seed: o.seed, injected, schedule, ledger: ledger.length, seconds: Math.round((performance.now() - began) / 1000), dir };
+    return {
+      ...report,
+      seed: o.seed,
+      injected,
+      schedule,
+      ledger: ledger.length,
+      seconds: Math.round((performance.now() - began) / 1000),
+      dir,
+      topology,
+      leases,
+      killsByProcess,
+    };
   } finally {
     for (const p of procs.values()) await p.kill9();
-    await nats[Symbol.asyncDispose]();
+    await broker[Symbol.asyncDispose]();
     if (!o.keep) rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Creates the operator's stream before any process starts: as ensureStream would, with `replicas` replicas (on a
+ * cluster, retried until its meta leader answers), then checked by ensureStream as the processes will.
+ */
+async function createOperatorStream(servers: string[], settings: StreamSettings, replicas: number): Promise<void> {
+  const until = Date.now() + 60_000;
+  for (;;) {
+    try {
+      const admin = await connect({ servers });
+      try {
+        const jsm = await jetstreamManager(admin);
+        await ensureStream(jsm, { ...settings, replicas });
+        return;
+      } finally {
+        await admin.close();
+      }
+    } catch (error) {
+      if (Date.now() > until) throw error;
+      await sleep(500);
+    }
+  }
+}
+
+/** The partition count the outbox is spread over now (outbox_partitions). */
+async function partitionCount(url: string): Promise<number> {
+  const c = createClient({ url });
+  try {
+    return Number((await c.execute('SELECT count FROM outbox_partitions WHERE id = 1')).rows[0]?.count);
+  } finally {
+    c.close();
+  }
+}
+
+/** The lease acquisitions recorded in the `leases` table of the database at `url` (every scope in it); undefined without one. */
+async function countLeases(url: string): Promise<LeaseCount | undefined> {
+  const c = createClient({ url });
+  try {
+    const row = (await c.execute('SELECT count(*) AS partitions, coalesce(sum(epoch), 0) AS acquisitions FROM leases WHERE epoch > 0')).rows[0]!;
+    const partitions = Number(row.partitions);
+    const acquisitions = Number(row.acquisitions);
+    return partitions === 0 ? undefined : { partitions, acquisitions, takeovers: acquisitions - partitions };
+  } catch {
+    return undefined;
+  } finally {
+    c.close();
   }
 }
 
@@ -245,7 +385,12 @@ function lockPhase(env: Record<string, string>, ms: number, log: (l: string) => 
 }
 
 let lastDrainState = '';
-async function drained(dbUrl: string, natsUrl: string, parkedAccounts: string[]): Promise<boolean> {
+/**
+ * True once no outbox row is pending (the poison account's aside, its first row parked) and every durable of each
+ * subscriber (`<service>-<subscriber>`, or one per partition named after it: at least `durables` of them) has
+ * nothing pending or awaiting an ack.
+ */
+async function drained(dbUrl: string, servers: string[], parkedAccounts: string[], durables: number): Promise<boolean> {
   const c = createClient({ url: dbUrl });
   let pending: number;
   let parked: number;
@@ -264,14 +409,18 @@ async function drained(dbUrl: string, natsUrl: string, parkedAccounts: string[])
   }
   lastDrainState = `outbox pending ${pending}, poison rows parked ${parked} of ${parkedAccounts.length}`;
   if (pending > 0 || parked < parkedAccounts.length) return false;
-  const nc = await connect({ servers: [natsUrl], maxReconnectAttempts: 0 }).catch(() => undefined);
+  const nc = await connect({ servers, maxReconnectAttempts: 0 }).catch(() => undefined);
   if (!nc) return false;
   try {
     const jsm = await jetstreamManager(nc);
+    const consumers: { name: string; num_pending: number; num_ack_pending: number; num_redelivered: number }[] = [];
+    for await (const info of jsm.consumers.list(STREAM)) consumers.push({ ...info, name: info.name });
     for (const name of SUBSCRIBERS) {
-      const info = await jsm.consumers.info(STREAM, durableNameOf(SERVICE, name)).catch(() => undefined);
-      lastDrainState = `consumer ${name}: ${info ? `pending ${info.num_pending}, awaiting ack ${info.num_ack_pending}, redelivered ${info.num_redelivered}` : 'missing'}`;
-      if (!info || info.num_pending > 0 || info.num_ack_pending > 0) return false;
+      const durable = durableNameOf(SERVICE, name);
+      const mine = consumers.filter((i) => i.name === durable || i.name.startsWith(`${durable}-`));
+      const sum = (k: 'num_pending' | 'num_ack_pending' | 'num_redelivered') => mine.reduce((n, i) => n + i[k], 0);
+      lastDrainState = `consumer ${name}: ${mine.length} of ${durables} durables, pending ${sum('num_pending')}, awaiting ack ${sum('num_ack_pending')}, redelivered ${sum('num_redelivered')}`;
+      if (mine.length < durables || sum('num_pending') > 0 || sum('num_ack_pending') > 0) return false;
     }
     return true;
   } finally {
@@ -279,15 +428,21 @@ async function drained(dbUrl: string, natsUrl: string, parkedAccounts: string[])
   }
 }
 
-async function waitFor(check: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+/** Polls `check` until it holds; with `log`, says where the wait stands every 5 s. */
+async function waitFor(check: () => Promise<boolean>, timeoutMs: number, what: string, log?: (line: string) => void): Promise<void> {
   const until = Date.now() + timeoutMs;
+  let next = Date.now() + 5000;
   while (!(await check().catch(() => false))) {
     if (Date.now() > until) throw new Error(`torture: ${what} did not finish within ${timeoutMs} ms (${lastDrainState})`);
+    if (log && Date.now() > next) {
+      next = Date.now() + 5000;
+      log(`torture: ${what}: ${lastDrainState}`);
+    }
     await sleep(200);
   }
 }
 
-/** Prints the counts table and the injected faults. */
+/** Prints the counts table (with the topology and the lease takeovers) and the injected faults. */
 export function formatReport(r: TortureResult): string {
   const rows = [
     ['acknowledged', r.counts.acknowledged],
@@ -301,6 +456,21 @@ export function formatReport(r: TortureResult): string {
     ['outbox pending / failed', `${r.counts.pendingOutbox} / ${r.counts.failedOutbox}`],
     ['inbox gaps', r.counts.inboxGaps],
     ['dead letters', r.counts.deadLetters],
+    ['relays', r.topology.relays],
+    [
+      'subscriber instances',
+      r.topology.partitioned
+        ? `${r.topology.subscriberInstances} per subscriber (partitioned consumers, ${r.topology.partitions} partitions)`
+        : `${r.topology.subscriberInstances} per subscriber`,
+    ],
+    ['broker', r.topology.cluster ? '3-node JetStream cluster, stream R3' : 'one nats-server'],
+    ...Object.entries(r.leases).map(
+      ([scope, l]) =>
+        [
+          `${scope} lease takeovers and hand-overs`,
+          `${l.takeovers} (${l.acquisitions} acquisitions of ${l.partitions} partitions, TTL ${r.topology.leaseTtlMs} ms)`,
+        ] as const,
+    ),
   ];
   const faults = Object.entries(r.injected)
     .map(([k, n]) => `${k}: ${n}`)
@@ -311,6 +481,14 @@ export function formatReport(r: TortureResult): string {
     '|---|---|',
     ...rows.map(([k, n]) => `| ${k} | ${n} |`),
     `faults injected: ${faults}`,
+    ...(r.topology.relays > 1 || r.topology.subscriberInstances > 1
+      ? [
+          `kills by process: ${Object.entries(r.killsByProcess)
+            .sort(([a], [b]) => a.localeCompare(b))
+            .map(([k, n]) => `${k} ${n}`)
+            .join(', ')}`,
+        ]
+      : []),
     ...(r.violations.length ? ['violations:', ...r.violations.map((x) => `  - ${x}`)] : []),
   ].join('\n');
 }

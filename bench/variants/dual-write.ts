@@ -3,6 +3,7 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import type { ConnectNats } from '../../src/nats/connect.ts';
 import { ensureStream } from '../../src/nats/ensure-stream.ts';
 import { eventSubject, type StreamSettings } from '../../src/nats/stream-settings.ts';
+import { partitionOf } from '../../src/outbox/partition.ts';
 import { eventHeaders } from '../../src/outbox/event-headers.ts';
 import type { AfterCommit } from './state-only.ts';
 
@@ -16,7 +17,11 @@ export async function createInlinePublisher(connect: ConnectNats, stream: Stream
     async publish(events) {
       for (const e of events) {
         const h = eventHeaders(e);
-        await js.publish(eventSubject(stream.prefix, e.aggregateType, e.aggregateId), enc.encode(JSON.stringify(e)), { msgID: e.eventId, headers: h });
+        await js.publish(
+          eventSubject(stream.prefix, e.aggregateType, e.aggregateId, partitionOf(e.aggregateType, e.aggregateId, 16)),
+          enc.encode(JSON.stringify(e)),
+          { msgID: e.eventId, headers: h },
+        );
       }
     },
     close: () => nc.close(),

@@ -185,15 +185,16 @@ export async function boot(
 
 /**
  * Stops the service on SIGTERM/SIGINT or when its background roles end: closes the server, lets the relay
- * finish its pass, drains queued writes, flushes buffered spans (at most 2 s) and exits 0. A fatal background error exits 1 with its message; an
+ * finish its pass, drains queued writes, flushes buffered spans (at most 2 s) and exits 0. A fatal background error exits 1 with its message
+ * (2 when it is a start-up refusal a role met once running: an unsafe stream, a refused partition count); an
  * uncaught exception or unhandled rejection is logged with its stack, stops the same way (at most
  * FATAL_STOP_TIMEOUT_MS) and exits 1 (see fatal-errors.ts for why both are fatal).
  */
 export function stopOnSignals(started: Started, closeServer: () => Promise<void> | void): void {
   let stopping = false;
-  let failed = false;
+  let failed = 0;
   const stop = async (reason: string, code = 0) => {
-    if (code !== 0) failed = true;
+    if (code !== 0 && failed === 0) failed = code;
     if (stopping) return;
     stopping = true;
     started.log.info('stopping', { reason });
@@ -202,7 +203,7 @@ export function stopOnSignals(started: Started, closeServer: () => Promise<void>
       await started.service.stop();
       started.client.close();
       await flushTraces();
-      process.exit(failed ? 1 : code);
+      process.exit(failed || code);
     } catch (error) {
       started.log.error('stop failed', { error });
       process.exit(1);
@@ -223,7 +224,7 @@ export function stopOnSignals(started: Started, closeServer: () => Promise<void>
     },
     (error: unknown) => {
       console.error(error instanceof Error ? error.message : String(error));
-      void stop('fatal error', 1);
+      void stop('fatal error', isStartUpRefusal(error) ? 2 : 1);
     },
   );
 }

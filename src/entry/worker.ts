@@ -13,7 +13,7 @@ import { natsConnectionOptions, type ConnectNats } from '../nats/connect.ts';
 import type { RelayRunSummary } from '../outbox/relay.ts';
 import { createApiRole } from '../roles/api.ts';
 import { createRelayRole } from '../roles/relay.ts';
-import { createRoleDeps } from '../roles/shared.ts';
+import { createRoleDeps, instanceIdOf } from '../roles/shared.ts';
 import { isStartUpRefusal } from '../roles/start-up-refusals.ts';
 import { createSignal } from '../signal.ts';
 
@@ -92,7 +92,11 @@ export async function runScheduledRelay(env: WorkerEnv): Promise<RelayRunSummary
   const timeLimitMs = Number(env.RELAY_TIME_LIMIT_MS ?? DEFAULT_RELAY_TIME_LIMIT_MS) || DEFAULT_RELAY_TIME_LIMIT_MS;
   try {
     const shared = createRoleDeps(createDatabase(client), { modules, log });
-    const { relay } = createRelayRole(config, shared, { connect: wsConnector(config), wake: createSignal() });
+    const { relay } = createRelayRole(config, shared, {
+      connect: wsConnector(config),
+      wake: createSignal(),
+      instance: instanceIdOf({ INSTANCE_NAME: config.INSTANCE_NAME ?? 'worker' }),
+    });
     const summary = await relay.run({ untilIdle: true, timeLimitMs });
     log.info('relay pass done', { ...summary });
     return summary;

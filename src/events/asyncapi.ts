@@ -37,7 +37,7 @@ const ref = (pointer: string) => ({ $ref: pointer });
 
 /**
  * Describes the events of a composition as an AsyncAPI 3.0 document: the NATS server; one channel per aggregate type
- * (`<prefix>.<aggregate>.{aggregateId}`) carrying its event types as messages (payload = the integration event
+ * (`<prefix>.<aggregate>.{aggregateId}.{partition}`) carrying its event types as messages (payload = the integration event
  * envelope with `data` by the type's schema, headers as the relay sets them); a send operation per channel (this
  * service publishes) and a receive operation per subscriber and channel with the types it applies. Throws RangeError
  * for an event schema with no JSON Schema form.
@@ -55,10 +55,16 @@ export function describeEvents(modules: Pick<Modules, 'events'> & Partial<Pick<M
   for (const [aggregate, types] of byAggregate) {
     const channel = keyOf(aggregate);
     channels[channel] = {
-      address: `${prefix}.${aggregate}.{aggregateId}`,
+      address: `${prefix}.${aggregate}.{aggregateId}.{partition}`,
       title: `${aggregate} events`,
       description: `The events of \`${aggregate}\` aggregates, one subject per aggregate: a subscriber of one subject gets its events in aggregateVersion order.`,
-      parameters: { aggregateId: { description: 'The aggregate the events belong to.', location: '$message.payload#/aggregateId' } },
+      parameters: {
+        aggregateId: { description: 'The aggregate the events belong to.', location: '$message.payload#/aggregateId' },
+        partition: {
+          description:
+            "The aggregate's outbox partition: FNV-1a 32-bit hash of aggregateType, a NUL byte and aggregateId (UTF-8), modulo the service's partition count. A subscriber may filter one partition (`<prefix>.<aggregate>.*.<partition>`).",
+        },
+      },
       messages: Object.fromEntries(types.map((t) => [keyOf(t), ref(`#/components/messages/${keyOf(t)}`)])),
     };
     operations[`send.${channel}`] = {

@@ -3,7 +3,9 @@
 // letters) — degraded, still ready, because the outbox keeps accepting commands through a broker outage.
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/open-database.ts';
+import type { SubscriberLeases } from '../inbox/leased-subscriber.ts';
 import type { DatabaseState } from '../inbox/write-until-committed.ts';
+import type { LeaseSnapshot } from '../leases/lease-keeper.ts';
 import type { Logger } from '../logger.ts';
 import type { SubscriberStatus } from '../ops/subscriber-status.ts';
 import type { BrokerState } from '../worker/broker-state.ts';
@@ -22,10 +24,12 @@ export type RelayReadiness = {
   lastSuccessfulPassAt(): Date | undefined;
   /** False once its run ended (stopped, a bounded run done, or failed): it publishes nothing more. */
   running(): boolean;
+  /** The outbox partitions it leases now; undefined while it does not run. */
+  leases?(): LeaseSnapshot | undefined;
 };
 
-/** One subscriber runner of this process, as /ready sees it. */
-export type SubscriberReadiness = { name: string; state(): BrokerState; databaseState(): DatabaseState; running(): boolean };
+/** One subscriber of this process, as /ready sees it; `leases` says its mode and the partitions this instance holds. */
+export type SubscriberReadiness = { name: string; state(): BrokerState; databaseState(): DatabaseState; running(): boolean; leases?(): SubscriberLeases };
 
 /** The roles this process runs and their parts /ready asks; the parts it does not run are left out. */
 export type ReadinessSources = {
@@ -55,6 +59,14 @@ export type ReadinessReport = {
     ackPending: number | null;
     deadLetters: number | null;
   }>;
+  /**
+   * What this instance leases: the relay's outbox partitions (while it runs) and, per subscriber, its mode and the
+   * partitions it holds (`standby` when it runs none of them: ready all the same).
+   */
+  leases?: {
+    relay?: LeaseSnapshot;
+    subscribers?: Array<{ name: string } & SubscriberLeases>;
+  };
 };
 
 /** Without a relay pass for this long a relay is stale, however its settings allow it to wait: a minute at least. */
@@ -65,7 +77,8 @@ export const relayStaleAfterMs = (o: { pollMs: number; maxBackoffMs: number }): 
  * process must do cannot happen: the service database does not answer in `timeoutMs` (with the api or relay role),
  * or a role stopped for good. `degraded` when a broker is unavailable, the relay made no successful pass for longer
  * than `relayStaleAfterMs`, a subscriber's database is unavailable, or dead letters exist (or the database does not
- * answer a process of subscribers only). Else `ready`.
+ * answer a process of subscribers only). Else `ready`: a subscriber standing by (another instance holds its leases)
+ * is ready. The report lists the partitions this instance leases (`leases`).
  */
 export function createReadinessCheck(
   deps: { db: Database; clock: () => Date; log: Logger },
@@ -109,6 +122,8 @@ export function createReadinessCheck(
       const broker = relay.state();
       const lastPass = relay.lastSuccessfulPassAt();
       report.relay = { running, broker, lastSuccessfulPassAt: lastPass?.toISOString() ?? null };
+      const leases = relay.leases?.();
+      if (leases) (report.leases ??= {}).relay = leases;
       const since = lastPass?.getTime() ?? startedAt;
       if (!running) unavailable.push('relay: stopped');
       else if (broker === 'unavailable') degraded.push('relay: the broker is unavailable; commands are kept in the outbox');
@@ -127,6 +142,7 @@ export function createReadinessCheck(
         deadLetters: counts?.deadLetters ?? null,
       };
       (report.subscribers ??= []).push(entry);
+      if (s.leases) ((report.leases ??= {}).subscribers ??= []).push({ name: s.name, ...s.leases() });
       const who = `subscriber ${s.name}`;
       if (!entry.running) unavailable.push(`${who}: stopped`);
       else {

@@ -22,6 +22,10 @@ export type { ConsumerFaults, ConsumerRunOptions } from './consumer-session.ts';
 export type ConsumerRunnerOptions = Subscriber & {
   /** The durable consumer's name on the stream (default: the subscriber's name); the service uses `<service>-<subscriber>`. */
   durableName?: string;
+  /** Its filter subjects (default: `<prefix>.<aggregate_type>.>` per aggregate type the subscriber handles); a partition's runner narrows them. */
+  filterSubjects?: string[];
+  /** How long one pull request waits at the broker (default 5000, at least 1000); a leased runner keeps it inside its lease. */
+  pullExpiresMs?: number;
   /** The subscriber's own database (never the service's). */
   db: Database;
   /** Its write queue; created over `db` when omitted. Share it with compaction and replay (one queue per database). */
@@ -52,7 +56,7 @@ export type ConsumerRunnerOptions = Subscriber & {
   idleCheckMs?: number;
   random?: () => number;
   faults?: ConsumerFaults;
-  /** Replaces handleBatch; only for the benchmark that measures what the inbox costs. */
+  /** Replaces handleBatch: the benchmark that measures what the inbox costs, and the consumers role, which hands a fenced batch back. */
   processBatch?: (msgs: InboxMessage[]) => Promise<InboxResult[]>;
 };
 
@@ -71,10 +75,10 @@ export type ConsumerRunner = {
  * Creates a subscriber's consumer loop. It pulls only what it can take (see pullMessages, which also re-creates a
  * stream or consumer that disappeared) and holds every message, kept alive at the broker with progress heartbeats,
  * until it is answered. Messages go to handleBatch in stream order, up to `batch` per write; each is acked only
- * after that commit, terminated once dead-lettered. Messages of one subject (one aggregate) are applied in stream
+ * after that commit, terminated once dead-lettered. Messages of one aggregate (aggregateOf: its subjects differ across partition counts) are applied in stream
  * order: one whose handler failed is retried in-process after a growing delay, its failures counted from its
- * delivery count, and dead-lettered on attempt `maxDeliver`, while the later messages of its subject wait behind
- * it and other subjects flow. A write that fails for any other reason (the database is locked, full, unreachable)
+ * delivery count, and dead-lettered on attempt `maxDeliver`, while the later messages of its aggregate wait behind
+ * it and other aggregates flow. A write that fails for any other reason (the database is locked, full, unreachable)
  * is retried as it was, with back-off and no new pulls, charging no message. At the start of a run it applies
  * nothing until what an earlier run left unacknowledged is back (see createRedeliveryBarrier). A stop finishes the
  * write in progress, acks it and hands the rest back in stream order. An unsafe stream or consumer configuration
@@ -103,7 +107,7 @@ export function createConsumerRunner(o: ConsumerRunnerOptions): ConsumerRunner {
   const consumerSettings: ConsumerSettings = {
     stream: o.stream.name,
     name: durableName,
-    filterSubjects: subscriberAggregates(o, o.registry).map((t) => `${o.stream.prefix}.${t}.>`),
+    filterSubjects: o.filterSubjects ?? subscriberAggregates(o, o.registry).map((t) => `${o.stream.prefix}.${t}.>`),
     ackWaitMs,
     // The broker redelivers without limit: a message it stopped redelivering after max_deliver crashes or
     // stalls would be gone without a dead letter. The inbox alone decides when to give up (attempt maxDeliver
@@ -120,7 +124,7 @@ export function createConsumerRunner(o: ConsumerRunnerOptions): ConsumerRunner {
   });
   const writes = createBatchWrites({ consumer: o.name, log: o.log, metrics: inbox.metrics, processBatch, backoff });
   const session: ConsumerSessionParts = {
-    pull: { name: o.name, connect: o.connect, stream: o.stream, consumer: consumerSettings, log: o.log, backoff, expiresMs: 5000 },
+    pull: { name: o.name, connect: o.connect, stream: o.stream, consumer: consumerSettings, log: o.log, backoff, expiresMs: o.pullExpiresMs ?? 5000 },
     batch,
     heartbeatMs,
     idleCheckMs: o.idleCheckMs ?? 250,

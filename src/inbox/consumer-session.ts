@@ -10,7 +10,7 @@ import { createHeldMessages, type HeldMessage } from './held-messages.ts';
 import type { InboxMessage } from './inbox-message.ts';
 import { createOutcomes, emptySummary, finalOutcomes, type ConsumerRunSummary } from './message-outcomes.ts';
 import { pullMessages, type PullSession, type PullSettings } from './pull-messages.ts';
-import { createRedeliveryBarrier, type RedeliveryBarrier } from './redelivery-barrier.ts';
+import { createLostDeliveryBarrier, createRedeliveryBarrier, type RedeliveryBarrier } from './redelivery-barrier.ts';
 import { stopWhenIdle } from './stop-when-idle.ts';
 import type { BatchWrites } from './write-until-committed.ts';
 
@@ -29,6 +29,13 @@ export type ConsumerRunOptions = StopOptions & {
   maxMessages?: number;
   /** Stops once the consumer has nothing pending and nothing awaiting acknowledgement (bounded runs, tests). */
   untilIdle?: boolean;
+  /**
+   * The lease a leased run works under. `mayPull` is asked right before each pull request (false holds it back, asked
+   * again shortly): whether the lease outlasts the request, so nothing reaches the run once another instance may own
+   * the consumer. `holds` is asked before each heartbeat: once the lease is gone, what the run still holds is no longer
+   * kept alive, so the broker delivers it again within ack_wait, to the new owner.
+   */
+  lease?: { mayPull(): boolean; holds(): boolean };
 };
 
 /** What every run of one consumer shares, prepared once by createConsumerRunner. */
@@ -61,7 +68,7 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
   /** Set by a fault that simulates a crash: nothing is answered afterwards. */
   let crash: { error: unknown } | undefined;
   let fatal: { error: unknown } | undefined;
-  const held = createHeldMessages();
+  const held = createHeldMessages(pull.stream.prefix);
   const wake = createSignal(); // the write loop: something arrived or became due
   const roomFreed = createSignal(); // the pull loop: a write ended or the database came back
   stop.signal.addEventListener('abort', () => (wake.notify(), roomFreed.notify()), { once: true });
@@ -69,6 +76,8 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
   let session: PullSession | undefined;
   let epoch = 0; // bumped when the stream was re-created: its sequence numbers name other messages
   let barrier: RedeliveryBarrier | undefined;
+  /** The highest stream sequence this run received (a mid-run barrier compares it with what the consumer delivered). */
+  let highestReceived = 0;
   let writing = false;
   let lastDelivery = Date.now();
 
@@ -88,7 +97,9 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
     }
   };
 
-  const heartbeat = setInterval(() => crash || held.keepAlive(epoch), parts.heartbeatMs);
+  const heartbeat = setInterval(() => {
+    if (!crash && (options.lease?.holds() ?? true)) held.keepAlive(epoch);
+  }, parts.heartbeatMs);
 
   const release = (h: HeldMessage, how: (m: JsMsg) => void, what: string) => {
     answer(h, how, what);
@@ -163,8 +174,9 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
           const space = pull.consumer.maxAckPending - held.size();
           // While waiting for an earlier run's messages, keep pulling: they only come back through pulls.
           const waiting = barrier !== undefined && !barrier.isOpen(now);
-          if (writes.state() === 'ok' && space > 0 && (waiting || held.ready(now) < batch)) return Math.min(batch, space);
-          await roomFreed.wait(1000, stop.signal);
+          const allowed = options.lease?.mayPull() ?? true;
+          if (allowed && writes.state() === 'ok' && space > 0 && (waiting || held.ready(now) < batch)) return Math.min(batch, space);
+          await roomFreed.wait(allowed ? 1000 : 20, stop.signal);
         }
       },
       admit(m) {
@@ -175,6 +187,7 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
           return;
         }
         barrier?.see(m.info.streamSequence);
+        if (m.info.streamSequence > highestReceived) highestReceived = m.info.streamSequence;
         held.add(m, epoch);
         wake.notify();
       },
@@ -201,6 +214,18 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
           log.info('consumer: waiting for the messages an earlier run left unacknowledged before applying newer ones', {
             consumer: name,
             unacknowledged: s.info.num_ack_pending,
+          });
+        } else if (!first && s.info.delivered.stream_seq > highestReceived && s.info.num_ack_pending > 0) {
+          // Pulling failed mid-run (the connection or the consumer's server went away) after the consumer delivered
+          // messages this run never received: they come back only after ack_wait, newer ones at once. Wait for them.
+          barrier = createLostDeliveryBarrier({
+            delivered: s.info.delivered.stream_seq,
+            deadline: Date.now() + Math.round(pull.consumer.ackWaitMs * 1.5) + 1000,
+          });
+          log.info('consumer: pulling resumed after deliveries were lost in flight; waiting for them before applying newer ones', {
+            consumer: name,
+            delivered: s.info.delivered.stream_seq,
+            received: highestReceived,
           });
         }
       },

@@ -8,7 +8,7 @@ import type { IntegrationEvent } from '../events/integration-event.ts';
 import type { EventRegistry } from '../events/registry.ts';
 import { TRACER_NAME } from '../deps.ts';
 import type { Metrics } from '../metrics/metrics.ts';
-import { decodeMessage, type InboxMessage } from './inbox-message.ts';
+import { aggregateOf, decodeMessage, type InboxMessage } from './inbox-message.ts';
 import { createInboxMetrics, type InboxMetrics, startInboxCounters } from './inbox-metrics.ts';
 import { claimInboxRows, insertInboxRow, storeDeadLetter } from './inbox-store.ts';
 import { endMessageSpan, failSpan, runInSpan, startMessageSpan } from './message-span.ts';
@@ -79,7 +79,7 @@ export function createInboxDeps(
 
 /**
  * What happened to a message; the caller acks `processed`/`duplicate`, terms `dead-lettered`, tries `retry` again
- * after a delay, and keeps `deferred` (not attempted) until the earlier message of its subject is settled. A failure
+ * after a delay, and keeps `deferred` (not attempted) until the earlier message of its aggregate is settled. A failure
  * carries the context of the message's span (`span`), for the caller's log line about it.
  */
 export type InboxResult =
@@ -142,7 +142,7 @@ class HandlerFailed extends Error {
  * - a registered event of a type the subscriber does not apply is `ignored` (acked, no inbox row);
  * - a body that is not JSON, an unregistered type or an invalid payload is stored as a dead letter at once;
  * - a handler that throws rolls back the whole attempt; that message comes back as `retry` (or, on attempt
- *   maxDeliver, is dead-lettered with the error), the later messages of its subject (its aggregate) as `deferred`,
+ *   maxDeliver, is dead-lettered with the error), the later messages of its aggregate (aggregateOf, whatever their subjects) as `deferred`,
  *   and the rest are attempted again without them, so a failed attempt never leaves an inbox row or a partial
  *   effect behind and no event overtakes an earlier one of its aggregate;
  * - a handler error that is an infrastructure error of the database (isInfrastructureError), and any failure
@@ -179,7 +179,7 @@ export async function handleBatch(deps: InboxDeps, msgs: InboxMessage[]): Promis
         if (!(error instanceof HandlerFailed)) throw error;
         const failed = rest[error.index]!;
         failSpan(failed.span, error.failure, error.message);
-        const behind = (r: Valid, k: number) => k > error.index && r.msg.subject === failed.msg.subject;
+        const behind = (r: Valid, k: number) => k > error.index && aggregateOf(r.msg) === aggregateOf(failed.msg);
         rest.forEach((r, k) => {
           if (behind(r, k)) results[r.i] = { outcome: 'deferred', eventId: r.event.eventId };
           else if (k !== error.index) r.span.addEvent('inbox.attempt_rolled_back', { 'inbox.failed_message.id': failed.event.eventId });

@@ -1,5 +1,5 @@
 import type { JsMsg } from '@nats-io/jetstream';
-import { toInboxMessage, type InboxMessage } from './inbox-message.ts';
+import { aggregateOf, toInboxMessage, type InboxMessage } from './inbox-message.ts';
 
 /** A stream message the runner holds until it answers it: waiting for a write, retrying, or behind one that is. */
 export type HeldMessage = {
@@ -7,8 +7,8 @@ export type HeldMessage = {
   copies: JsMsg[];
   /** What the inbox sees; `deliveryCount` is the highest broker delivery count among the copies. */
   msg: InboxMessage;
-  /** Its subject, `<prefix>.<aggregate_type>.<aggregate_id>`: messages of one subject are applied in stream order. */
-  subject: string;
+  /** Its aggregate, `<aggregate_type>.<aggregate_id>` (aggregateKeyOf): messages of one aggregate are applied in stream order. */
+  aggregate: string;
   seq: number;
   /** Handler failures in this process; the inbox sees attempt `msg.deliveryCount + failures`. */
   failures: number;
@@ -18,7 +18,7 @@ export type HeldMessage = {
   epoch: number;
 };
 
-/** The messages a runner holds, by subject, each subject's in stream order. */
+/** The messages a runner holds, by aggregate (whatever the subject it came on), each aggregate's in stream order. */
 export type HeldMessages = {
   /** Takes a delivery; a redelivery of a message already held joins it instead of queueing a second copy. */
   add(m: JsMsg, epoch: number): HeldMessage;
@@ -26,15 +26,15 @@ export type HeldMessages = {
   /** Held messages that could go into the next write: not in flight, and not behind a message waiting to be retried. */
   ready(now: number): number;
   /**
-   * Takes up to `limit` messages for one write, in stream order: for each subject whose first message is due, its
+   * Takes up to `limit` messages for one write, in stream order: for each aggregate whose first message is due, its
    * messages from the first on. The caller must settle all of them before taking again.
    */
   take(limit: number, now: number): HeldMessage[];
   /** Answered: the message leaves. */
   release(h: HeldMessage): void;
-  /** Ends a write: what was taken and not released stays, first of its subject. */
+  /** Ends a write: what was taken and not released stays, first of its aggregate. */
   settle(): void;
-  /** The earliest time after `now` at which a subject waiting for a retry becomes due. */
+  /** The earliest time after `now` at which an aggregate waiting for a retry becomes due. */
   nextRetryAt(now: number): number | undefined;
   /** Every held message in stream order. */
   inOrder(): HeldMessage[];
@@ -48,8 +48,8 @@ export type HeldMessages = {
 /** Stream order; a re-created stream (a later epoch) numbers its messages from 1 again, after the old one's. */
 const inStreamOrder = (a: HeldMessage, b: HeldMessage) => a.epoch - b.epoch || a.seq - b.seq;
 
-/** Creates an empty set of held messages. */
-export function createHeldMessages(): HeldMessages {
+/** Creates an empty set of held messages; `prefix` (the stream's subject prefix) finds the aggregate of messages without aggregate headers. */
+export function createHeldMessages(prefix?: string): HeldMessages {
   const lanes = new Map<string, HeldMessage[]>();
   let count = 0;
   const inFlight = new Set<HeldMessage>();
@@ -64,18 +64,20 @@ export function createHeldMessages(): HeldMessages {
   return {
     add(m, epoch) {
       const seq = m.info.streamSequence;
-      const lane = lanes.get(m.subject) ?? [];
+      const msg = toInboxMessage(m, prefix);
+      const aggregate = aggregateOf(msg);
+      const lane = lanes.get(aggregate) ?? [];
       const same = lane.find((h) => h.seq === seq && h.epoch === epoch);
       if (same) {
         same.copies.push(m);
         same.msg = { ...same.msg, deliveryCount: Math.max(same.msg.deliveryCount, m.info.deliveryCount) };
         return same;
       }
-      const h: HeldMessage = { copies: [m], msg: toInboxMessage(m), subject: m.subject, seq, failures: 0, retryAt: 0, epoch };
+      const h: HeldMessage = { copies: [m], msg, aggregate, seq, failures: 0, retryAt: 0, epoch };
       let at = lane.length;
       while (at > 0 && inStreamOrder(lane[at - 1]!, h) > 0 && !inFlight.has(lane[at - 1]!)) at--;
       lane.splice(at, 0, h);
-      lanes.set(m.subject, lane);
+      lanes.set(aggregate, lane);
       count++;
       return h;
     },
@@ -97,11 +99,11 @@ export function createHeldMessages(): HeldMessages {
       return out;
     },
     release(h) {
-      const lane = lanes.get(h.subject);
+      const lane = lanes.get(h.aggregate);
       const at = lane?.indexOf(h) ?? -1;
       if (!lane || at < 0) return;
       lane.splice(at, 1);
-      if (lane.length === 0) lanes.delete(h.subject);
+      if (lane.length === 0) lanes.delete(h.aggregate);
       inFlight.delete(h);
       count--;
     },

@@ -4,7 +4,13 @@ import { InvalidEventError, UnknownEventTypeError, type EventRegistry } from '..
 
 /** A delivered message as the inbox sees it: broker-independent, so a dead letter can be replayed from its copy. */
 export type InboxMessage = {
+  /** The subject it was published on (dead letters keep it as it was). */
   subject: string;
+  /**
+   * Its aggregate, `<aggregate_type>.<aggregate_id>` (see aggregateKeyOf): what per-aggregate order is kept by, as
+   * one aggregate's subjects differ across partition counts. Derived from the headers or the subject when absent.
+   */
+  aggregate?: string;
   headers: Record<string, string>;
   /** The body as text (the integration event JSON). */
   payload: string;
@@ -16,12 +22,33 @@ export type InboxMessage = {
 
 const decoder = new TextDecoder();
 
-/** Copies what the inbox needs out of a JetStream message; the fallback id is Nats-Msg-Id, else the stream sequence. */
-export function toInboxMessage(msg: JsMsg): InboxMessage {
+/**
+ * The aggregate of a message, `<aggregate_type>.<aggregate_id>`: from its Aggregate-Type and Aggregate-Id headers when
+ * both are there, else the two subject tokens after `prefix` (the stream's subject prefix, which may hold dots), else
+ * the subject itself. One aggregate has one key whatever its partition token (or none, before partitions existed).
+ */
+export function aggregateKeyOf(subject: string, headers: Record<string, string>, prefix?: string): string {
+  const type = headers['Aggregate-Type'];
+  const id = headers['Aggregate-Id'];
+  if (type && id) return `${type}.${id}`;
+  if (prefix === undefined || !subject.startsWith(`${prefix}.`)) return subject;
+  const [t, i] = subject.slice(prefix.length + 1).split('.');
+  return t && i ? `${t}.${i}` : subject;
+}
+
+/** The aggregate key of `msg`: its `aggregate` when set, else derived from its headers and subject (aggregateKeyOf). */
+export const aggregateOf = (msg: InboxMessage): string => msg.aggregate ?? aggregateKeyOf(msg.subject, msg.headers);
+
+/**
+ * Copies what the inbox needs out of a JetStream message, with its aggregate key (`prefix`: the stream's subject
+ * prefix, for messages without aggregate headers); the fallback id is Nats-Msg-Id, else the stream sequence.
+ */
+export function toInboxMessage(msg: JsMsg, prefix?: string): InboxMessage {
   const headers: Record<string, string> = {};
   if (msg.headers) for (const [k, v] of msg.headers) headers[k] = v[0] ?? '';
   return {
     subject: msg.subject,
+    aggregate: aggregateKeyOf(msg.subject, headers, prefix),
     headers,
     payload: decoder.decode(msg.data),
     deliveryCount: msg.info.deliveryCount,

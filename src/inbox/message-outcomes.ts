@@ -40,7 +40,7 @@ const COUNTERS = { processed: 'processed', duplicate: 'duplicates', ignored: 'ig
 /**
  * What each InboxResult means for its message, counted in `summary`: processed, duplicate and ignored are acked;
  * dead-lettered (its dead letter committed) is terminated; a handler failure (`retry`) stays held, first of its
- * subject, and is not taken again before a delay that grows with its attempt (`msg.deliveryCount`); deferred
+ * aggregate, and is not taken again before a delay that grows with its attempt (`msg.deliveryCount`); deferred
  * (behind such a failure in the same write, not attempted) stays held as it was. Call only after the write committed.
  * The lines logged about a message name its span (`trace_id`, `span_id`): they are written outside its context.
  */

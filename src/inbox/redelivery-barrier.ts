@@ -30,3 +30,23 @@ export function createRedeliveryBarrier(o: { upTo: number; expected: number; dea
     },
   };
 }
+
+/**
+ * The same barrier in the middle of a run, when pulling failed and resumed (the connection or the consumer's server
+ * went away): deliveries in flight then never arrived and come back only after ack_wait. The consumer says it
+ * delivered up to stream sequence `delivered`, above the highest this run received: the barrier stays closed until
+ * that message arrives again (the lost ones are redelivered oldest first), or until `deadline`.
+ */
+export function createLostDeliveryBarrier(o: { delivered: number; deadline: number }): RedeliveryBarrier {
+  let open = false;
+  return {
+    deadline: o.deadline,
+    see(seq) {
+      if (seq >= o.delivered) open = true;
+    },
+    isOpen(now) {
+      if (!open && now >= o.deadline) open = true;
+      return open;
+    },
+  };
+}

@@ -12,7 +12,14 @@ export type NatsConnectSettings = {
   tls?: { ca?: string; cert?: string; key?: string };
 };
 
-/** Options for any transport's `connect`: reconnect forever, so callers see outages as errors and retry. */
+/**
+ * Options for any transport's `connect`: every server of NATS_URL in the pool, reconnect forever, so callers see
+ * outages as errors and retry.
+ * On a cluster the client moves to another node at once when its node goes away (the wait applies per server), keeps
+ * the nodes it learns from the cluster, and notices a node that hangs without closing the socket after two missed
+ * pings (20 to 30 s). No `waitOnFirstConnect`: the first `connect` tries the servers in turn and rejects when none
+ * answers, so the relay and the runners stay stoppable and report the outage while they retry with back-off.
+ */
 export function natsConnectionOptions(s: NatsConnectSettings): ConnectionOptions {
   return {
     servers: s.servers,
@@ -21,6 +28,10 @@ export function natsConnectionOptions(s: NatsConnectSettings): ConnectionOptions
     maxReconnectAttempts: -1,
     reconnectTimeWait: 500,
     pingInterval: 10_000,
+    maxPingOut: 2,
+    // An Error with a stack for every request, kept in case it fails, was a sixth of a relay's CPU: failures are told
+    // apart by their type and code, never by where they were created.
+    noAsyncTraces: true,
     ...(s.token ? { token: s.token } : {}),
     ...(s.user ? { user: s.user, pass: s.pass ?? '' } : {}),
     ...(s.creds ? { authenticator: credsAuthenticator(s.creds) } : {}),

@@ -21,6 +21,10 @@ export type ConsumerSettings = {
   maxDeliver: number;
   /** Bound on delivered-but-unacknowledged messages; at least the runner's batch. */
   maxAckPending: number;
+  /** Where a consumer created now starts (deliver policy by_start_sequence); from the stream's first message when absent. */
+  startSeq?: number;
+  /** Shown by `nats consumer info`; set when the consumer is created. */
+  description?: string;
 };
 
 /** An existing consumer of that name cannot serve as an inbox consumer (push, or not ack-explicit). */
@@ -36,11 +40,11 @@ const sameFilters = (cfg: ConsumerConfig, subjects: string[]) => {
 };
 
 /**
- * Creates the durable pull consumer (explicit acks, deliver all, the given filter, ack_wait and max_deliver) when
- * it is missing, or updates the settings that may change (ack_wait, max_deliver, max_ack_pending, filter) when they
- * differ, and returns its info. Safe to run from several processes at once: creating an identical consumer is
- * idempotent on the server. Throws UnsafeConsumerConfigError for a push consumer or one without explicit acks.
- * Several filter subjects need nats-server 2.10 or later.
+ * Creates the durable pull consumer (explicit acks, deliver all or from `startSeq`, the given filter, ack_wait and
+ * max_deliver) when it is missing, or updates the settings that may change (ack_wait, max_deliver, max_ack_pending,
+ * filter) when they differ, and returns its info. Safe to run from several processes at once: creating an identical
+ * consumer is idempotent on the server. Throws UnsafeConsumerConfigError for a push consumer or one without explicit
+ * acks. Several filter subjects need nats-server 2.10 or later.
  */
 export async function ensureConsumer(jsm: JetStreamManager, s: ConsumerSettings): Promise<ConsumerInfo> {
   if (s.filterSubjects.length === 0) throw new RangeError(`consumer ${s.name} needs at least one filter subject`);
@@ -52,8 +56,9 @@ export async function ensureConsumer(jsm: JetStreamManager, s: ConsumerSettings)
     return jsm.consumers
       .add(s.stream, {
         durable_name: s.name,
+        ...(s.description ? { description: s.description } : {}),
         ack_policy: AckPolicy.Explicit,
-        deliver_policy: DeliverPolicy.All,
+        ...(s.startSeq === undefined ? { deliver_policy: DeliverPolicy.All } : { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: s.startSeq }),
         ack_wait: nanos(s.ackWaitMs),
         max_deliver: s.maxDeliver,
         max_ack_pending: s.maxAckPending,

@@ -32,8 +32,18 @@ export type SubscriberStatus = {
   error?: string;
 };
 
-/** A subscriber this process runs: its names, its own database, and its runner's live states. */
-export type WatchedSubscriber = { name: string; durable: string; db: Database; state(): BrokerState; databaseState(): DatabaseState };
+/**
+ * A subscriber this process runs: its names, its own database, and its runners' live states. `durable` names its
+ * durable consumer; a partitioned subscriber lists its partitions' durables in `durables`, whose backlogs add up.
+ */
+export type WatchedSubscriber = {
+  name: string;
+  durable: string;
+  durables?: readonly string[];
+  db: Database;
+  state(): BrokerState;
+  databaseState(): DatabaseState;
+};
 
 export type SubscriberStatusReader = {
   /** Every watched subscriber; broker and database states are live, the counts at most `ttlMs` old. */
@@ -88,9 +98,9 @@ export function createSubscriberStatus(o: {
     return jetstreamManager(conn, { timeout: timeoutMs, checkAPI: false });
   };
 
-  const backlog = async (jsm: JetStreamManager, durable: string) => {
-    const info = await jsm.consumers.info(o.stream, durable);
-    return { pending: info.num_pending, ackPending: info.num_ack_pending };
+  const backlog = async (jsm: JetStreamManager, s: WatchedSubscriber) => {
+    const infos = await Promise.all((s.durables ?? [s.durable]).map((d) => jsm.consumers.info(o.stream, d)));
+    return { pending: infos.reduce((n, i) => n + i.num_pending, 0), ackPending: infos.reduce((n, i) => n + i.num_ack_pending, 0) };
   };
   const deadLetters = async (s: WatchedSubscriber) => Number((await s.db.$client.execute({ sql: COUNT_DEAD_LETTERS_SQL, args: [s.name] })).rows[0]!.n);
 
@@ -105,7 +115,7 @@ export function createSubscriberStatus(o: {
     }
     return Promise.all(
       o.subscribers.map(async (s) => {
-        const [b, d] = await Promise.allSettled([jsm ? backlog(jsm, s.durable) : Promise.reject(new Error(brokerError)), deadLetters(s)]);
+        const [b, d] = await Promise.allSettled([jsm ? backlog(jsm, s) : Promise.reject(new Error(brokerError)), deadLetters(s)]);
         // an API error (no such consumer yet) says nothing about the connection; anything else may be a dead one
         if (b.status === 'rejected' && jsm && !(b.reason instanceof JetStreamApiError)) forget();
         const errors = [b, d].flatMap((r) => (r.status === 'rejected' ? [message(r.reason)] : []));

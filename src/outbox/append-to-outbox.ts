@@ -1,6 +1,7 @@
 import { sqlOf, type Tx } from '../db/open-database.ts';
 import type { IntegrationEvent } from '../events/integration-event.ts';
 import type { EventRegistry } from '../events/registry.ts';
+import { aggregateHash } from './partition.ts';
 
 /** Metadata carried to the broker as message headers (W3C trace context, correlation id). */
 export type OutboxHeaders = { traceparent?: string; tracestate?: string; correlationId?: string };
@@ -17,7 +18,7 @@ export class UnstorableTextError extends Error {
 }
 
 /**
- * Stores integration events as `pending` outbox rows. Must be called inside the command's write transaction
+ * Stores integration events as `pending` outbox rows, each in its aggregate's partition. Must be called inside the command's write transaction
  * (`tx`): it never commits, so the rows become visible together with the state change or not at all.
  * Throws (and so aborts the transaction) for an unregistered type, a payload failing its schema, an
  * aggregate type/id that is not a subject-safe token, or text anywhere in the event or headers that would not
@@ -30,13 +31,26 @@ export async function appendToOutbox(tx: Tx, events: IntegrationEvent[], ctx: { 
   const args: Array<string | number> = [];
   for (const raw of events) {
     const event = ctx.registry.parse(raw);
+    const hash = aggregateHash(event.aggregateType, event.aggregateId);
     assertStorable(event.type, event, 'event');
     if (ctx.headers) assertStorable(event.type, ctx.headers, 'headers');
-    args.push(event.eventId, event.aggregateType, event.aggregateId, event.type, JSON.stringify(event), headers, Date.parse(event.occurredAt), nowMs);
+    args.push(
+      event.eventId,
+      event.aggregateType,
+      event.aggregateId,
+      event.type,
+      JSON.stringify(event),
+      headers,
+      Date.parse(event.occurredAt),
+      nowMs,
+      hash,
+      hash,
+    );
   }
   await sqlOf(tx).execute({
-    sql: `INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, headers, status, attempts, occurred_at, available_at) VALUES ${events
-      .map(() => "(?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?)")
+    // the partition is taken from the count in the same transaction, so a row never lands outside the partitions
+    sql: `INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, headers, status, attempts, occurred_at, available_at, aggregate_hash, partition) VALUES ${events
+      .map(() => "(?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ? % (SELECT count FROM outbox_partitions WHERE id = 1))")
       .join(', ')}`,
     args,
   });

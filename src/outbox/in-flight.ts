@@ -2,6 +2,8 @@
 export type InFlight = {
   /** Resolves once fewer than `max` tracked promises are unsettled. */
   slot(): Promise<void>;
+  /** Whether `max` tracked promises are unsettled (a caller that finds it false may start one without awaiting slot()). */
+  full(): boolean;
   track(p: Promise<unknown>): void;
   /** Resolves once every tracked promise has settled. */
   drained(): Promise<void>;
@@ -20,6 +22,7 @@ export function createInFlight(max: number): InFlight {
       if (count < max) return Promise.resolve();
       return new Promise<void>((resolve) => waiters.push(resolve)).then(() => this.slot());
     },
+    full: () => count >= max,
     track(p) {
       count++;
       void p

@@ -1,4 +1,5 @@
 import type { Database } from '../db/open-database.ts';
+import type { LeaseEvents } from '../leases/lease-keeper.ts';
 import type { Counter, Gauge, Histogram, Metrics } from '../metrics/metrics.ts';
 import { readOutboxBacklog } from './outbox-stats.ts';
 import { within } from '../worker/within.ts';
@@ -39,6 +40,11 @@ export type OutboxMetrics = {
   lag: Histogram;
   /** Registers the relay's gauges in the same registry (once; later calls return the same ones). */
   relayGauges(): RelayGauges;
+  /**
+   * Registers the relay's lease metrics (outbox_relay_partitions_owned, outbox_relay_lease_acquisitions_total,
+   * outbox_relay_lease_losses_total) and returns what a lease keeper reports to.
+   */
+  leaseMetrics(): LeaseEvents;
 };
 
 const LAG_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
@@ -64,6 +70,18 @@ export function createOutboxMetrics(metrics: Metrics): OutboxMetrics {
         "Unix time of the relay's last pass that ended without a broker or database error; its start before the first such pass.",
       ),
     }),
+    leaseMetrics: () => {
+      const owned = metrics.gauge('outbox_relay_partitions_owned', "Outbox partitions this process's relay leases now.");
+      const acquired = metrics.counter('outbox_relay_lease_acquisitions_total', "Partition leases this process's relay acquired.");
+      const lost = metrics.counter(
+        'outbox_relay_lease_losses_total',
+        "Partition leases another relay took from this process's relay (it had let them run out).",
+      );
+      owned.set(0);
+      acquired.inc(undefined, 0);
+      lost.inc(undefined, 0);
+      return { owned: (n) => owned.set(n), acquired: (ps) => acquired.inc(undefined, ps.length), lost: (ps) => lost.inc(undefined, ps.length) };
+    },
   };
 }
 

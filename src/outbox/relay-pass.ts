@@ -12,8 +12,9 @@ import { eventHeaders } from './event-headers.ts';
 import type { OutboxMetrics, PublishErrorReason } from './outbox-metrics.ts';
 import { createInFlight } from './in-flight.ts';
 import { isBrokerUnavailable } from './publish-errors.ts';
+import { givePartitions } from './outbox-partitions.ts';
 import { endPublishSpan, failPublishSpan, startPublishSpan } from './publish-span.ts';
-import { aggregateKey, fetchPending, markSent, recordFailure, type Floor, type PendingRow } from './relay-store.ts';
+import { aggregateKey, fetchPending, markSent, recordFailure, type Floor, type LeaseFence, type PendingRow } from './relay-store.ts';
 
 export type RelayPassSettings = {
   prefix: string;
@@ -71,6 +72,10 @@ export type RelayPassResult = {
   ackedRetry: boolean;
   /** Settles when the pass's acknowledged rows are marked sent (at once unless `deferMark`); never unhandled. */
   marked: Promise<void>;
+  /** Acknowledged or failed rows the marks left alone (set once `marked` settled): their partition was leased away. */
+  fenced: number;
+  /** Rows left unpublished because their partition stopped being this relay's during the pass (see `isLeased`). */
+  unleased: number;
 };
 
 export type RelayPassOptions = {
@@ -80,6 +85,13 @@ export type RelayPassOptions = {
   floor?: Floor;
   /** Return once the PubAcks are in, with the mark-sent write still running in `marked`. */
   deferMark?: boolean;
+  /** Only rows of these leased partitions, and marks fenced by their epochs; every partition, unfenced, when omitted. */
+  lease?: LeaseFence;
+  /**
+   * Asked before each publish: false once the row's partition is no longer this relay's to work on (its lease ran out
+   * while a pass was under way, or it is being handed over), and the row is left to the partition's next owner.
+   */
+  isLeased?: (partition: number) => boolean;
 };
 
 type Prepared = { data: Uint8Array; headers: MsgHdrs };
@@ -143,7 +155,11 @@ type Failure = { row: PendingRow; error: unknown; message: string; reason: Publi
 export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, options: RelayPassOptions = {}): Promise<RelayPassResult> {
   const s = deps.settings;
   const nowMs = deps.clock().getTime();
-  const { rows, high, epoch } = await fetchPending(deps.db, nowMs, s.batch, options.exclude, options.floor);
+  const fence = options.lease;
+  // rows stored without a partition (by a release before partitions) get theirs first; they may sit below the floor
+  const partitioned = await givePartitions(deps.db, deps.writer);
+  const floor = partitioned > 0 ? undefined : options.floor;
+  const { rows, high, epoch } = await fetchPending(deps.db, nowMs, s.batch, options.exclude, floor, fence ? [...fence.epochs.keys()] : undefined);
   const scannedTo: Floor = { seq: rows.length < s.batch ? high : rows.at(-1)!.seq, epoch };
   const result: RelayPassResult = {
     fetched: rows.length,
@@ -155,6 +171,8 @@ export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, option
     scannedTo,
     ackedRetry: false,
     marked: Promise.resolve(),
+    fenced: 0,
+    unleased: 0,
   };
   if (rows.length === 0) return result;
   if (deps.faults?.markBeforePublish)
@@ -163,6 +181,7 @@ export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, option
         tx,
         rows.map((r) => r.seq),
         nowMs,
+        fence,
       ),
     );
   await deps.faults?.beforePublishing?.(rows);
@@ -193,13 +212,20 @@ export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, option
   const pendingByAggregate = new Map<string, Promise<void>>();
 
   for (const row of rows) {
-    await inFlight.slot();
+    // Without an await while a slot is free, the publishes of one turn leave in one socket write.
+    if (inFlight.full()) await inFlight.slot();
     const key = aggregateKey(row.aggregate_type, row.aggregate_id);
     const previous = pendingByAggregate.get(key);
     if (previous) await previous;
     if (brokerError !== undefined) break;
     if (blocked.has(key)) continue;
-    const subject = eventSubject(s.prefix, row.aggregate_type, row.aggregate_id);
+    if (options.isLeased && !options.isLeased(row.partition)) {
+      // the later rows of its aggregate are in the same partition: they are skipped too
+      blocked.add(key);
+      result.unleased++;
+      continue;
+    }
+    const subject = eventSubject(s.prefix, row.aggregate_type, row.aggregate_id, row.partition);
     const stored = storedHeaders(row.headers);
     const span = startPublishSpan(deps.tracer, subject, row, stored);
     let prepared: Prepared;
@@ -241,19 +267,25 @@ export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, option
     const retryAt = failures.map((f) => doneMs + backoffDelay(f.row.attempts + 1, { baseMs: s.backoffBaseMs, maxMs: s.maxBackoffMs, random: deps.random }));
     result.marked = deps.writer
       .write(async (tx) => {
-        await markSent(
+        const marked = await markSent(
           tx,
           acked.map((a) => a.row.seq),
           doneMs,
+          fence,
         );
         const parked: Failure[] = [];
+        let unchanged = 0;
         for (const [k, f] of failures.entries()) {
-          if ((await recordFailure(tx, f.row, f.message, retryAt[k]!, s.maxAttempts)) === 'failed') parked.push(f);
+          const status = await recordFailure(tx, f.row, f.message, retryAt[k]!, s.maxAttempts, fence);
+          if (status === 'failed') parked.push(f);
+          else if (status === 'unchanged') unchanged++;
         }
-        return parked;
+        return { parked, fenced: acked.length - marked + unchanged };
       })
-      .then((parked) => {
+      .then(({ parked, fenced }) => {
         result.parked = parked.length;
+        result.fenced = fenced;
+        if (fenced > 0) deps.log.warn('relay: rows of a partition leased away since they were read were left to its new owner', { rows: fenced });
         deps.metrics.parked.inc(undefined, parked.length);
         for (const f of parked) {
           deps.log.warn('relay: row parked as failed after its last attempt; list it with outbox:failed or GET /admin/outbox/failed', {

@@ -10,7 +10,17 @@ export type PendingRow = {
   headers: string;
   attempts: number;
   occurred_at: number;
+  partition: number;
 };
+
+/**
+ * A relay's leases, which fence its writes: it reads only rows of these partitions, and its mark-sent and
+ * record-failure writes change a row only while the row's partition is still leased to `owner` at the same epoch.
+ */
+export type LeaseFence = { owner: string; epochs: ReadonlyMap<number, number> };
+
+/** The lease scope of the relays in the outbox database. */
+export const RELAY_LEASE_SCOPE = 'relay';
 
 /**
  * The relay's fetch: up to `limit` publishable rows in commit (seq) order. A row is publishable when it is
@@ -27,11 +37,16 @@ export type PendingRow = {
  * or `outbox_relay_epoch` counts a retried row sent since the floor was taken (`?5`; the trigger counts what any
  * process marks, so a second relay cannot leave rows stranded below this one's floor). Such a row is then read by
  * this very pass, before any later row of its aggregate.
+ * `?6` is a JSON array of the partitions the relay leases: rows of others are skipped on the index, unread.
+ * A row without a partition yet (no aggregate_hash: stored by a release before partitions) is not publishable, nor is
+ * any later row of its aggregate (the probe of the normally empty idx_outbox_unhashed): the next pass gives it its
+ * partition first (see givePartitions).
  * The scan walks idx_outbox_status_seq; the hold check probes the partial index idx_outbox_retrying.
  */
-export const FETCH_PENDING_SQL = `SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.message_type, o.payload, o.headers, o.attempts, o.occurred_at
+export const FETCH_PENDING_SQL = `SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.message_type, o.payload, o.headers, o.attempts, o.occurred_at, o.partition
 FROM outbox o
-WHERE o.status = 'pending' AND (o.attempts = 0 OR o.available_at <= ?1)
+WHERE o.status = 'pending' AND o.partition IN (SELECT value FROM json_each(?6)) AND (o.attempts = 0 OR o.available_at <= ?1)
+  AND o.aggregate_hash IS NOT NULL
   AND o.seq > (CASE WHEN EXISTS (
       SELECT 1 FROM outbox r INDEXED BY idx_outbox_retry_due WHERE r.attempts > 0 AND r.status = 'pending' AND r.available_at <= ?1
     ) OR (SELECT e.retries_sent FROM outbox_relay_epoch e WHERE e.id = 1) IS NOT ?5 THEN 0 ELSE ?4 END)
@@ -41,6 +56,10 @@ WHERE o.status = 'pending' AND (o.attempts = 0 OR o.available_at <= ?1)
     WHERE h.attempts > 0 AND h.status != 'sent'
       AND h.aggregate_type = o.aggregate_type AND h.aggregate_id = o.aggregate_id AND h.seq < o.seq
       AND (h.status = 'failed' OR h.available_at > ?1))
+  AND NOT EXISTS (
+    SELECT 1 FROM outbox u INDEXED BY idx_outbox_unhashed
+    WHERE u.aggregate_hash IS NULL AND u.status != 'sent'
+      AND u.aggregate_type = o.aggregate_type AND u.aggregate_id = o.aggregate_id AND u.seq < o.seq)
 ORDER BY o.seq
 LIMIT ?2`;
 
@@ -56,9 +75,13 @@ export type Floor = { seq: number; epoch: number | null };
 /** What the relay read in one snapshot: the publishable rows, the highest seq and the retried-rows-sent count then. */
 export type Fetched = { rows: PendingRow[]; high: number; epoch: number | null };
 
+/** FETCH_PENDING_SQL over every partition: for a caller without leases (a test driving passes by hand). */
+const FETCH_ALL_PARTITIONS_SQL = FETCH_PENDING_SQL.replace(' AND o.partition IN (SELECT value FROM json_each(?6))', ' AND ?6 IS NULL');
+
 /**
- * Reads up to `limit` rows that may be published now, above `floor` unless a retry is due, leaving out `exclude`
- * (acknowledged rows still being marked), together with the outbox's highest seq in the same read transaction.
+ * Reads up to `limit` rows of `partitions` (all when omitted) that may be published now, above `floor` unless a retry
+ * is due, leaving out `exclude` (acknowledged rows still being marked), together with the outbox's highest seq in the
+ * same read transaction.
  */
 export async function fetchPending(
   db: Database,
@@ -66,10 +89,14 @@ export async function fetchPending(
   limit: number,
   exclude: readonly number[] = [],
   floor: Floor = { seq: 0, epoch: null },
+  partitions?: readonly number[],
 ): Promise<Fetched> {
   const [fetched, state] = await db.$client.batch(
     [
-      { sql: FETCH_PENDING_SQL, args: [nowMs, limit, JSON.stringify(exclude), floor.seq, floor.epoch] },
+      {
+        sql: partitions ? FETCH_PENDING_SQL : FETCH_ALL_PARTITIONS_SQL,
+        args: [nowMs, limit, JSON.stringify(exclude), floor.seq, floor.epoch, partitions ? JSON.stringify(partitions) : null],
+      },
       { sql: HIGH_SEQ_SQL, args: [] },
     ],
     'read',
@@ -80,19 +107,31 @@ export async function fetchPending(
 
 export const aggregateKey = (type: string, id: string) => `${type}\u0000${id}`;
 
-/** Marks acknowledged rows sent in one statement. Must be called inside a write transaction. */
-export async function markSent(tx: Tx, seqs: number[], nowMs: number): Promise<number> {
+/** The condition fencing a write: the row's partition is leased to ?owner at the epoch the relay holds (`?fence`: [[p, e], …]). */
+const FENCED = (owner: string, fence: string) => `AND partition IN (
+    SELECT l.partition FROM leases l, json_each(${fence}) j
+    WHERE l.scope = '${RELAY_LEASE_SCOPE}' AND l.owner = ${owner} AND l.partition = j.value ->> '$[0]' AND l.epoch = j.value ->> '$[1]')`;
+
+const fenceArgs = (fence: LeaseFence) => [fence.owner, JSON.stringify([...fence.epochs])];
+
+/**
+ * Marks acknowledged rows sent in one statement; with `fence`, only rows of partitions still leased to it. Must be
+ * called inside a write transaction. Returns how many rows it marked.
+ */
+export async function markSent(tx: Tx, seqs: number[], nowMs: number, fence?: LeaseFence): Promise<number> {
   if (seqs.length === 0) return 0;
   const res = await sqlOf(tx).execute({
-    sql: "UPDATE outbox SET status = 'sent', sent_at = ? WHERE status = 'pending' AND seq IN (SELECT value FROM json_each(?))",
-    args: [nowMs, JSON.stringify(seqs)],
+    sql: `UPDATE outbox SET status = 'sent', sent_at = ?1 WHERE status = 'pending' AND seq IN (SELECT value FROM json_each(?2)) ${fence ? FENCED('?3', '?4') : ''}`,
+    args: [nowMs, JSON.stringify(seqs), ...(fence ? fenceArgs(fence) : [])],
   });
   return res.rowsAffected;
 }
 
 /**
  * Records a permanent publish failure: attempts + 1, last_error, the next try after `retryAtMs`, and status
- * `failed` once attempts reach `maxAttempts`. Must be called inside a write transaction. Returns the new status.
+ * `failed` once attempts reach `maxAttempts`. Must be called inside a write transaction. Returns the new status, or
+ * `unchanged` when the row is no longer pending at the attempts it was read with (another relay moved it) or, with
+ * `fence`, its partition is no longer leased to it.
  */
 export async function recordFailure(
   tx: Tx,
@@ -100,11 +139,13 @@ export async function recordFailure(
   error: string,
   retryAtMs: number,
   maxAttempts: number,
-): Promise<'pending' | 'failed'> {
+  fence?: LeaseFence,
+): Promise<'pending' | 'failed' | 'unchanged'> {
   const status = row.attempts + 1 >= maxAttempts ? 'failed' : 'pending';
-  await sqlOf(tx).execute({
-    sql: "UPDATE outbox SET attempts = attempts + 1, last_error = ?, available_at = ?, status = ? WHERE seq = ? AND status = 'pending'",
-    args: [error.slice(0, 2000), retryAtMs, status, row.seq],
+  const res = await sqlOf(tx).execute({
+    sql: `UPDATE outbox SET attempts = attempts + 1, last_error = ?1, available_at = ?2, status = ?3
+          WHERE seq = ?4 AND status = 'pending' AND attempts = ?5 ${fence ? FENCED('?6', '?7') : ''}`,
+    args: [error.slice(0, 2000), retryAtMs, status, row.seq, row.attempts, ...(fence ? fenceArgs(fence) : [])],
   });
-  return status;
+  return res.rowsAffected === 0 ? 'unchanged' : status;
 }

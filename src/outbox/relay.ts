@@ -8,7 +8,9 @@ import { isInfrastructureError } from '../db/infrastructure-error.ts';
 import { createBrokerState, type BrokerState } from '../worker/broker-state.ts';
 import { createOutageBackoff } from '../worker/outage-backoff.ts';
 import { createStopControl, type StopOptions } from '../worker/stop-control.ts';
-import type { Floor } from './relay-store.ts';
+import { createLeaseKeeper, type LeaseKeeper, type LeaseSnapshot } from '../leases/lease-keeper.ts';
+import { applyPartitionCount, PartitionCountChangeError, readPartitionCount } from './outbox-partitions.ts';
+import { RELAY_LEASE_SCOPE, type Floor } from './relay-store.ts';
 import { relayPass, type RelayPassDeps } from './relay-pass.ts';
 
 /** No floor: the next pass reads from the oldest pending row. */
@@ -20,6 +22,10 @@ export type RelayDeps = RelayPassDeps & {
   /** Notified by in-process commits and by kicks from other processes. */
   wake: Signal;
   pollMs: number;
+  /** The partition count this relay applies at start (see applyPartitionCount). */
+  partitions: number;
+  /** This relay among the others: its unique lease owner name and the leases' time to live. */
+  lease: { owner: string; ttlMs: number };
 };
 
 /** `signal` and `timeLimitMs` stop it after the pass in flight. */
@@ -38,28 +44,40 @@ export type Relay = {
   state(): BrokerState;
   /** When (by `clock`) the last pass that met no broker or database error ended; undefined before the first. */
   lastSuccessfulPassAt(): Date | undefined;
+  /** The partitions this relay leases now, while it runs; undefined otherwise. */
+  leases(): LeaseSnapshot | undefined;
 };
 
 /**
- * Creates the relay loop: connect (retrying with back-off), ensure the stream, then pass after pass. It sleeps
+ * Creates the relay loop: apply the partition count, claim a fair share of the partitions' leases (kept on a timer
+ * while it runs, released when it stops), connect (retrying with back-off), ensure the stream, then pass after pass
+ * over the rows of the partitions it leases, its marks fenced by their epochs. It sleeps
  * until woken or for pollMs when idle, and backs off the whole worker 1 s, 2 s, 4 s … max (jittered) while the
- * broker is unavailable. An unsafe stream configuration is fatal: `run` rejects with UnsafeStreamConfigError.
- * Registers the relay's gauges (outbox_relay_broker_up, outbox_relay_last_pass_timestamp_seconds) in `deps.metrics`.
+ * broker is unavailable. An unsafe stream configuration or a refused partition count is fatal: `run` rejects with
+ * UnsafeStreamConfigError or PartitionCountChangeError. Registers the relay's gauges (outbox_relay_broker_up,
+ * outbox_relay_last_pass_timestamp_seconds, outbox_relay_partitions_owned) in `deps.metrics`.
  */
 export function createRelay(deps: RelayDeps): Relay {
   const broker = createBrokerState({ log: deps.log, unavailable: 'relay: broker unavailable, backing off', connected: 'relay: broker available, publishing' });
   const backoff = { baseMs: deps.settings.backoffBaseMs, maxMs: deps.settings.maxBackoffMs, random: deps.random };
   const gauges = deps.metrics.relayGauges();
   gauges.brokerUp.set(0);
+  /** Since when the broker has been unavailable without a break; undefined while it answers. */
+  let unavailableSince: number | undefined;
   const setBroker = (next: BrokerState, error?: unknown) => {
     broker.set(next, error);
     gauges.brokerUp.set(next === 'connected' ? 1 : 0);
+    if (next === 'connected') unavailableSince = undefined;
+    else unavailableSince ??= Date.now();
   };
   let lastSuccessfulPass: Date | undefined;
+  let keeper: LeaseKeeper | undefined;
+  const leaseMetrics = deps.metrics.leaseMetrics();
 
   return {
     state: broker.state,
     lastSuccessfulPassAt: () => lastSuccessfulPass,
+    leases: () => keeper?.snapshot(),
     async run(options = {}) {
       const summary: RelayRunSummary = { passes: 0, published: 0, duplicates: 0, failed: 0, parked: 0, brokerErrors: 0 };
       // before its first good pass the relay's start stands in, so the stalled alert also sees a relay that never had one
@@ -67,15 +85,19 @@ export function createRelay(deps: RelayDeps): Relay {
       const stop = createStopControl(options);
       const brokerOutage = createOutageBackoff(backoff);
       const databaseOutage = createOutageBackoff(backoff);
-
       let nc: NatsConnection | undefined;
       let kicks: Subscription | undefined;
       /** False until the stream is known to exist on this connection; set again after a broker error. */
       let streamReady = false;
       /** The previous pass's mark-sent write, still running, and the rows it marks (left out of the next fetch). */
-      let marking: { done: Promise<void>; seqs: number[] } | undefined;
+      let marking: { done: Promise<void>; seqs: number[]; pass: { fenced: number } } | undefined;
       /** Every pending row at or below this seq was held behind an earlier row of its aggregate when last read. */
       let floor: Floor = NO_FLOOR;
+      /** The leases, kept from the first time the broker answered and the partition count was applied. */
+      let leases: LeaseKeeper | undefined;
+      let keeping: Promise<void> | undefined;
+      const leaseStop = new AbortController();
+      let leaseVersion = 0;
       /**
        * The database could not be used (locked past the busy timeout, I/O error, disk full, unreachable): rows
        * acknowledged but not marked are published again later and acknowledged as duplicates. Anything else is
@@ -114,7 +136,7 @@ export function createRelay(deps: RelayDeps): Relay {
             }
             // Also after a broker error: an operator may have deleted the stream, or a broker lost its store.
             if (!streamReady) {
-              await ensureStream(await jetstreamManager(nc), deps.stream);
+              await ensureStream(await jetstreamManager(nc, { timeout: deps.settings.publishTimeoutMs }), deps.stream, deps.log);
               streamReady = true;
               setBroker('connected');
             }
@@ -129,6 +151,59 @@ export function createRelay(deps: RelayDeps): Relay {
             continue;
           }
 
+          // The partition count before any lease: a relay must not claim partitions of a count it was asked to change.
+          // Only once the broker answered, so a relay that cannot publish never takes partitions from one that can.
+          if (!leases) {
+            try {
+              const applied = await applyPartitionCount(deps.writer, deps.partitions);
+              if (applied.hashed > 0 || applied.previous !== applied.count)
+                deps.log.info('relay: outbox partitions applied', {
+                  partitions: applied.count,
+                  previous: applied.previous,
+                  rowsGivenAPartition: applied.hashed,
+                });
+            } catch (error) {
+              if (error instanceof PartitionCountChangeError) throw error;
+              await onDatabaseTrouble(error);
+              continue;
+            }
+            leases = createLeaseKeeper({
+              writer: deps.writer,
+              scope: RELAY_LEASE_SCOPE,
+              owner: deps.lease.owner,
+              ttlMs: deps.lease.ttlMs,
+              partitions: readPartitionCount,
+              log: deps.log,
+              events: leaseMetrics,
+              onChange: () => deps.wake.notify(),
+              // a relay that has not reached the broker for a whole TTL leaves its partitions to relays that do
+              eligible: () => unavailableSince === undefined || Date.now() - unavailableSince < deps.lease.ttlMs,
+            });
+            keeper = leases;
+            keeping = leases.run(leaseStop.signal);
+            await leases.ready();
+            leaseVersion = leases.version();
+          }
+          const held = leases;
+          const active = held.active();
+          if (held.version() !== leaseVersion) {
+            // partitions came or went: rows below the floor may now be ours
+            leaseVersion = held.version();
+            floor = NO_FLOOR;
+          }
+          if (active.size === 0) {
+            const previous = marking;
+            marking = undefined;
+            await settle(previous?.done);
+            // a relay standing by (the others hold every partition) is healthy while its claims succeed
+            if (held.current()) {
+              lastSuccessfulPass = deps.clock();
+              gauges.lastPassTimestamp.set(lastSuccessfulPass.getTime() / 1000);
+            }
+            if (options.untilIdle) break;
+            await deps.wake.wait(Math.max(deps.pollMs, Math.floor(deps.lease.ttlMs / 3)), stop.signal);
+            continue;
+          }
           // Draining a backlog (full batches), the next pass fetches and publishes while the previous pass's
           // mark-sent write runs (at most one outstanding), leaving that pass's rows out of its fetch. A partial
           // pass, or one with failures or a broker error, is marked before anything else is read.
@@ -138,6 +213,8 @@ export function createRelay(deps: RelayDeps): Relay {
               ...(marking ? { exclude: marking.seqs } : {}),
               floor,
               deferMark: true,
+              lease: { owner: deps.lease.owner, epochs: active },
+              isLeased: (partition) => held.active().get(partition) === active.get(partition),
             });
           } catch (error) {
             const previous = marking;
@@ -154,14 +231,16 @@ export function createRelay(deps: RelayDeps): Relay {
           const previousMarked = await settle(previous?.done);
           const full = pass.fetched >= deps.settings.batch;
           // Rows at or below the floor were held when read; only a retry that comes due (the fetch itself notices),
-          // a retried row acknowledged here, rows left unpublished by a broker error, or a mark that did not commit
-          // can free one, so those read from the oldest pending row again.
-          floor = previousMarked && !pass.ackedRetry && pass.brokerError === undefined ? pass.scannedTo : NO_FLOOR;
+          // a retried row acknowledged here, rows left unpublished by a broker error or because their lease ran out
+          // mid-pass, or marks that did not commit or were fenced (their partition moved while they were written) can
+          // leave one behind, so those read from the oldest pending row again.
+          const leftBehind = (previous?.pass.fenced ?? 0) > 0 || pass.unleased > 0;
+          floor = previousMarked && !leftBehind && !pass.ackedRetry && pass.brokerError === undefined ? pass.scannedTo : NO_FLOOR;
           if (previousMarked && full && pass.failed === 0 && pass.brokerError === undefined) {
-            marking = { done: pass.marked, seqs: pass.ackedSeqs };
-          } else if (!(await settle(pass.marked))) {
+            marking = { done: pass.marked, seqs: pass.ackedSeqs, pass };
+          } else if (!(await settle(pass.marked)) || pass.fenced > 0) {
             floor = NO_FLOOR;
-            continue;
+            if (pass.fenced === 0) continue;
           }
           databaseOutage.reset();
           summary.passes++;
@@ -188,6 +267,10 @@ export function createRelay(deps: RelayDeps): Relay {
         }
       } finally {
         await marking?.done.catch((error: unknown) => deps.log.warn('relay: marking the last pass failed', { error: String(error) }));
+        // the last marks are in: hand the partitions over now rather than after their TTL
+        leaseStop.abort();
+        await keeping;
+        keeper = undefined;
         stop.dispose();
         kicks?.unsubscribe();
         await nc?.close().catch(() => undefined);

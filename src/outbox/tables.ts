@@ -18,15 +18,24 @@ export const outbox = sqliteTable(
     occurredAt: integer('occurred_at').notNull(),
     availableAt: integer('available_at').notNull(),
     sentAt: integer('sent_at'),
+    /** Stable 32-bit hash of (aggregate_type, aggregate_id) (see partition.ts); NULL only on rows older than partitions. */
+    aggregateHash: integer('aggregate_hash'),
+    /** aggregate_hash mod the partition count (outbox_partitions) when the row was stored: the relay lease that covers it. */
+    partition: integer('partition').notNull().default(0),
   },
   (t) => [
-    index('idx_outbox_status_seq').on(t.status, t.seq),
+    // The relay's scan in commit order; partition is in the index so rows of partitions another relay leases are
+    // skipped without reading the row.
+    index('idx_outbox_status_seq').on(t.status, t.seq, t.partition),
     // Rows that failed at least once and are not sent: tiny, and read each pass to hold back later rows of
     // their aggregate, so per-aggregate order survives retries and parked rows.
     index('idx_outbox_retrying').on(t.aggregateType, t.aggregateId, t.seq).where(sql`${t.attempts} > 0 AND ${t.status} != 'sent'`),
     // Retried and re-queued rows not yet sent, by when they are due: the relay asks "is any retry due?" in
     // O(log n) on every pass, to know when rows it skipped as held may have become publishable.
     index('idx_outbox_retry_due').on(t.availableAt).where(sql`${t.attempts} > 0 AND ${t.status} = 'pending'`),
+    // Unsent rows without a partition yet (stored by a release before partitions): normally empty. A pass gives them
+    // theirs before reading, and no later row of their aggregate is published while one is waiting.
+    index('idx_outbox_unhashed').on(t.aggregateType, t.aggregateId, t.seq).where(sql`${t.aggregateHash} IS NULL AND ${t.status} != 'sent'`),
     check('outbox_status_check', sql`${t.status} IN ('pending','sent','failed')`),
   ],
 );
@@ -40,3 +49,13 @@ export const outboxRelayEpoch = sqliteTable('outbox_relay_epoch', {
   id: integer('id').primaryKey(),
   retriesSent: integer('retries_sent').notNull().default(0),
 });
+
+/** One row: how many partitions outbox rows are spread over. Rows take `aggregate_hash % count` at insert; see partition.ts. */
+export const outboxPartitions = sqliteTable(
+  'outbox_partitions',
+  {
+    id: integer('id').primaryKey(),
+    count: integer('count').notNull(),
+  },
+  (t) => [check('outbox_partitions_count_check', sql`${t.count} BETWEEN 1 AND 1024`)],
+);

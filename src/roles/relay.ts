@@ -16,8 +16,12 @@ export type RelayRole = {
   housekeeping: Housekeeping[];
 };
 
-/** A relay over the service database publishing to the configured stream through `connect`, woken by `wake`. */
-export function createRelayRole(config: Config, shared: RoleDeps, io: { connect: ConnectNats; wake: Signal; faults?: RelayFaults | undefined }): RelayRole {
+/** A relay over the service database publishing to the configured stream through `connect`, woken by `wake`, leasing partitions as `instance`. */
+export function createRelayRole(
+  config: Config,
+  shared: RoleDeps,
+  io: { connect: ConnectNats; wake: Signal; instance: string; faults?: RelayFaults | undefined },
+): RelayRole {
   const { deps } = shared;
   const stream = streamSettingsFrom(config);
   const relay = createRelay({
@@ -32,6 +36,8 @@ export function createRelayRole(config: Config, shared: RoleDeps, io: { connect:
     stream,
     wake: io.wake,
     pollMs: config.RELAY_POLL_MS,
+    partitions: config.OUTBOX_PARTITIONS,
+    lease: { owner: io.instance, ttlMs: config.RELAY_LEASE_TTL_MS },
     settings: relaySettingsFrom(config, stream),
     ...(io.faults ? { faults: io.faults } : {}),
   });

@@ -44,3 +44,11 @@ export function createRoleDeps(db: Database, io: { modules: Modules; log: Logger
   const deps = createDeps(db, log, registryOf(io.modules), { clock, ...(io.outboxCommitted ? { outboxCommitted: io.outboxCommitted } : {}) });
   return { modules: io.modules, deps, metrics, outboxMetrics, recentLogs: recent };
 }
+
+/**
+ * This process's unique name among the relays and subscriber instances sharing leases: INSTANCE_NAME (or `instance`)
+ * and a random suffix, so a restarted process never inherits the leases of its previous life.
+ */
+export function instanceIdOf(config: { INSTANCE_NAME?: string | undefined }): string {
+  return `${config.INSTANCE_NAME ?? 'instance'}-${crypto.randomUUID().slice(0, 8)}`;
+}

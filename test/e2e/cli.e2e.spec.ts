@@ -45,7 +45,7 @@ function workspace() {
 }
 
 const parked = (id: string, aggregateId: string) =>
-  `('${id}', 'order', '${aggregateId}', 'order.gone.v1', '{}', 'failed', 5, 'type order.gone.v1 is not registered', 0, 0)`;
+  `('${id}', 'order', '${aggregateId}.{partition}', 'order.gone.v1', '{}', 'failed', 5, 'type order.gone.v1 is not registered', 0, 0)`;
 
 describe('cli - outbox commands', () => {
   it('lists failed rows with their error and re-queues one by id, then all', async () => {

@@ -156,7 +156,7 @@ describe('relay process - crashes and stops', () => {
     await nc.close();
     const relay = startRelay({ ...env, RELAY_MAX_BACKOFF_MS: '30000' });
     const exit = await relay.exited;
-    expect(exit.code).toBe(1);
+    expect(exit.code).toBe(2);
     expect(relay.stderr()).toContain(
       "Refusing to start: stream HONO_OUTBOX has a duplicate window of 60000 ms, shorter than 10 × the relay's maximum back-off (300000 ms)",
     );

@@ -10,7 +10,7 @@ describe('asyncapi - docs/asyncapi.yaml describes the example service', () => {
 
   it('is a valid AsyncAPI 3 document: the order channel, its send operation, reporting and notifications receiving their types', async () => {
     const parsed = await parseAsyncApi(readFileSync(ASYNCAPI_YAML, 'utf8'));
-    const order = 'hono-outbox.order.{aggregateId}';
+    const order = 'hono-outbox.order.{aggregateId}.{partition}';
     expect(
       parsed
         .channels()

@@ -23,7 +23,7 @@ const sample = (text: string, series: string): number | undefined => {
 };
 
 describe('metrics - outbox_relay_broker_up names the broker, not the database', () => {
-  it('a relay that publishes to the broker but cannot mark rows sent (database write-locked since it started) reports the broker up', async () => {
+  it('a relay that publishes to the broker but cannot mark rows sent (database write-locked since its first PubAcks) reports the broker up', async () => {
     await using t = await createTestDb();
     const relayClient = createClient({ url: t.url, timeout: 100 });
     const locker = createClient({ url: t.url });
@@ -33,9 +33,22 @@ describe('metrics - outbox_relay_broker_up names the broker, not the database', 
       const metrics = createMetrics();
       const outbox = createOutboxMetrics(metrics);
       const stream = ownStream('UP');
-      const relay = createRelay(relayDeps(t, nats().url, { db, writer: createWriter(db), stream, metrics: outbox }));
-      const lock = await locker.transaction('write');
-      await lock.execute("UPDATE outbox SET headers = headers WHERE id = 'none'");
+      let lock: Awaited<ReturnType<typeof locker.transaction>> | undefined;
+      const relay = createRelay(
+        relayDeps(t, nats().url, {
+          db,
+          writer: createWriter(db),
+          stream,
+          metrics: outbox,
+          faults: {
+            async afterPubAcks() {
+              if (lock) return;
+              lock = await locker.transaction('write');
+              await lock.execute("UPDATE outbox SET headers = headers WHERE id = 'none'");
+            },
+          },
+        }),
+      );
       const stop = new AbortController();
       const running = relay.run({ signal: stop.signal, timeLimitMs: 20_000 });
       try {
@@ -47,7 +60,7 @@ describe('metrics - outbox_relay_broker_up names the broker, not the database', 
         // OutboxRelayDown{cause="broker_unreachable"} fires on this gauge: "the relay does not reach the broker"
         expect(sample(text, 'outbox_relay_broker_up'), 'outbox_relay_broker_up says the broker is down while only the database is').toBe(1);
       } finally {
-        await lock.rollback();
+        await lock?.rollback();
         stop.abort();
         await running;
       }

@@ -6,6 +6,7 @@ import { headers as natsHeaders } from '@nats-io/nats-core';
 import { describe, expect, it } from 'vitest';
 import type { IntegrationEvent } from '../../src/events/integration-event.ts';
 import { eventSubject, type StreamSettings } from '../../src/nats/stream-settings.ts';
+import { partitionOf } from '../../src/outbox/partition.ts';
 import { openedEvent } from '../support/accounts.ts';
 import { audit } from '../support/fixture/subscribers/audit/subscriber.ts';
 import { createSubscriberDb, testRunner } from '../support/consumer.ts';
@@ -124,7 +125,7 @@ async function publishWithHeaders(stream: StreamSettings, event: IntegrationEven
   const h = natsHeaders();
   h.set('Content-Type', 'application/json');
   for (const [k, v] of extra) h.append(k, v);
-  const subject = eventSubject(stream.prefix, event.aggregateType, event.aggregateId);
+  const subject = eventSubject(stream.prefix, event.aggregateType, event.aggregateId, partitionOf(event.aggregateType, event.aggregateId, 16));
   await jetstream(nats().nc).publish(subject, new TextEncoder().encode(JSON.stringify(event)), { msgID: event.eventId, headers: h });
 }
 

@@ -19,6 +19,7 @@ import { expectProblem } from '../support/http.ts';
 import { createTestService } from '../support/service.ts';
 import { freshStream, ownStream, publishEvents, publishRaw, streamEnv } from '../support/stream.ts';
 import { useNats } from '../support/use-nats.ts';
+import { partitionOf } from '../../src/outbox/partition.ts';
 
 const nats = useNats();
 
@@ -147,7 +148,7 @@ describe('admin - dead letters', () => {
     const byId = new Map(all.items.map((d) => [d.eventId, d]));
     const frozen = unregistered[0]!;
     expect(byId.get(frozen.eventId)).toMatchObject({
-      subject: `${s.stream.prefix}.account.${frozen.aggregateId}`,
+      subject: `${s.stream.prefix}.account.${frozen.aggregateId}.${partitionOf('account', frozen.aggregateId, 16)}`,
       type: 'account.frozen.v1',
       payload: frozen,
       deliveries: 1,

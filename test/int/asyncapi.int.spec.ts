@@ -38,11 +38,11 @@ describe('asyncapi - the event description of the fixture service', () => {
             .all()
             .map((p) => p.id()),
         ]),
-    ).toEqual([['ledger.account.{aggregateId}', ['aggregateId']]]);
+    ).toEqual([['ledger.account.{aggregateId}.{partition}', ['aggregateId', 'partition']]]);
     expect(operationsOf(parsed)).toEqual({
-      'send.account': ['send', 'ledger.account.{aggregateId}', ['account.opened.v1', 'account.credited.v1', 'account.closed.v1']],
-      'receive.balances.account': ['receive', 'ledger.account.{aggregateId}', ['account.opened.v1', 'account.credited.v1', 'account.closed.v1']],
-      'receive.audit.account': ['receive', 'ledger.account.{aggregateId}', ['account.opened.v1', 'account.credited.v1', 'account.closed.v1']],
+      'send.account': ['send', 'ledger.account.{aggregateId}.{partition}', ['account.opened.v1', 'account.credited.v1', 'account.closed.v1']],
+      'receive.balances.account': ['receive', 'ledger.account.{aggregateId}.{partition}', ['account.opened.v1', 'account.credited.v1', 'account.closed.v1']],
+      'receive.audit.account': ['receive', 'ledger.account.{aggregateId}.{partition}', ['account.opened.v1', 'account.credited.v1', 'account.closed.v1']],
     });
     expect(doc.operations['receive.balances.account']!.description).toContain('`ledger-balances`');
   });
@@ -129,7 +129,7 @@ describe('asyncapi - the event description of the fixture service', () => {
         .channels()
         .all()
         .map((c) => c.address()),
-    ).toEqual(['acme.ledger.account.{aggregateId}']);
+    ).toEqual(['acme.ledger.account.{aggregateId}.{partition}']);
     const relayOnly = createApiRole(parseConfig({ ...env, ROLES: 'relay' }), shared, { readiness: () => ({}) });
     expect((await relayOnly.app.request('/asyncapi.json')).status).toBe(404);
   });

@@ -12,6 +12,7 @@ import type { IntegrationEvent } from '../../src/events/integration-event.ts';
 import { defineSubscriber } from '../../src/inbox/subscriber.ts';
 import { createLogger } from '../../src/logger.ts';
 import { eventSubject, type StreamSettings } from '../../src/nats/stream-settings.ts';
+import { partitionOf } from '../../src/outbox/partition.ts';
 import { creditedEvent, openedEvent, testSubscriber } from '../support/accounts.ts';
 import { createSubscriberDb, type SubscriberDb, testRunner } from '../support/consumer.ts';
 import type { FixtureEvents } from '../support/fixture/modules.ts';
@@ -47,7 +48,7 @@ async function publishTraced(stream: StreamSettings, event: IntegrationEvent, tr
   h.set('Content-Type', 'application/json');
   if (trace.traceparent) h.set('traceparent', trace.traceparent);
   if (trace.tracestate) h.set('tracestate', trace.tracestate);
-  const subject = eventSubject(stream.prefix, event.aggregateType, event.aggregateId);
+  const subject = eventSubject(stream.prefix, event.aggregateType, event.aggregateId, partitionOf(event.aggregateType, event.aggregateId, 16));
   await jetstream(nats().nc).publish(subject, new TextEncoder().encode(JSON.stringify(event)), { msgID: event.eventId, headers: h });
   return subject;
 }

@@ -8,6 +8,7 @@ import { audit } from '../support/fixture/subscribers/audit/subscriber.ts';
 import { balances, readOwnerBalance } from '../support/fixture/subscribers/balances/subscriber.ts';
 import { freshStream, publishEvents, publishRaw } from '../support/stream.ts';
 import { useNats } from '../support/use-nats.ts';
+import { partitionOf } from '../../src/outbox/partition.ts';
 
 const nats = useNats();
 
@@ -140,7 +141,12 @@ describe('inbox - failures', () => {
     expect(await readOwnerBalance(sdb.db, 'poison-owner')).toMatchObject({ creditedCents: 80 });
     const [dead, ...others] = await listDeadLetters(sdb.db, 'picky');
     expect(others).toEqual([]);
-    expect(dead).toMatchObject({ eventId: poison.eventId, consumer: 'picky', deliveries: 3, subject: `${stream.prefix}.account.${poison.aggregateId}` });
+    expect(dead).toMatchObject({
+      eventId: poison.eventId,
+      consumer: 'picky',
+      deliveries: 3,
+      subject: `${stream.prefix}.account.${poison.aggregateId}.${partitionOf('account', poison.aggregateId, 16)}`,
+    });
     expect(dead!.error).toContain('cannot handle this credit');
     expect(JSON.parse(dead!.payload)).toEqual(poison);
     expect(await metrics.render()).toContain('inbox_dead_letters_total{consumer="picky"} 1');

@@ -93,6 +93,29 @@ describe('readiness - ready and degraded', () => {
     expect(body.reasons).toEqual([expect.stringMatching(/^relay: the broker is unavailable/)]);
   });
 
+  it("lists what this instance leases: the relay's outbox partitions, and each subscriber's mode and the partitions it holds", async () => {
+    await using s = await startService(
+      { ROLES: 'relay,consumers', CONSUMERS: 'audit,balances', CONSUMER_PARTITIONED: 'true', OUTBOX_PARTITIONS: '4' },
+      nats().url,
+    );
+    const all = [0, 1, 2, 3];
+    const { http, body } = await readyWhen(
+      s.app,
+      (b) =>
+        b.leases?.relay?.partitions.length === 4 &&
+        b.leases.subscribers?.length === 2 &&
+        b.leases.subscribers.every((x) => x.partitions.length === 4 && !x.standby),
+      'every partition leased',
+    );
+    expect(http).toBe(200);
+    expect(body.status).toBe('ready');
+    expect(body.leases?.relay).toMatchObject({ owner: expect.stringMatching(/^instance-/), partitions: all, members: 1 });
+    expect(body.leases?.subscribers).toEqual([
+      { name: 'audit', mode: 'partitioned', owner: body.leases?.relay?.owner, partitions: all, standby: false, members: 1 },
+      { name: 'balances', mode: 'partitioned', owner: body.leases?.relay?.owner, partitions: all, standby: false, members: 1 },
+    ]);
+  });
+
   it('degraded while a subscriber keeps dead letters, naming how many', async () => {
     await using s = await startService({ ROLES: 'consumers', CONSUMERS: 'audit' }, nats().url);
     await publishRaw(nats().nc, s.stream, '{ not json', 'poison-1', { aggregateType: 'account', aggregateId: 'a-1' });

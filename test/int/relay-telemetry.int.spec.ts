@@ -15,6 +15,7 @@ import { openAccount } from '../support/fixture/accounts/commands.ts';
 import { drainOutbox, relayDeps } from '../support/relay.ts';
 import { ownStream, readStream } from '../support/stream.ts';
 import { useNats } from '../support/use-nats.ts';
+import { partitionOf } from '../../src/outbox/partition.ts';
 
 const nats = useNats();
 const exporter = new InMemorySpanExporter();
@@ -73,7 +74,7 @@ describe('relay - producer spans', () => {
     const spans = spansOf(rowId);
     expect(spans).toHaveLength(1);
     const span = spans[0]!;
-    const subject = `${stream.prefix}.account.${accountId}`;
+    const subject = `${stream.prefix}.account.${accountId}.${partitionOf('account', accountId, 16)}`;
     expect(span.name).toBe('publish account.opened.v1');
     expect(span.attributes['messaging.destination.name']).toBe(subject);
     expect(span.kind).toBe(SpanKind.PRODUCER);

@@ -8,6 +8,7 @@ import { defineEvents } from '../../src/events/define-events.ts';
 import { createEventRegistry } from '../../src/events/registry.ts';
 import { createCommand } from '../../src/http/command-route.ts';
 import { requeueFailed } from '../../src/outbox/failed-rows.ts';
+import { partitionOf } from '../../src/outbox/partition.ts';
 import { createRelay } from '../../src/outbox/relay.ts';
 import { relayPass } from '../../src/outbox/relay-pass.ts';
 import { accountCommands } from '../support/accounts.ts';
@@ -50,7 +51,7 @@ describe('relay - publishing', () => {
     const msgs = await readStream(nats().nc, stream);
     expect(msgs.map((m) => m.headers['Nats-Msg-Id'])).toEqual(rows.map((r) => r.id));
     const last = msgs[5]!;
-    expect(last.subject).toBe(`${stream.prefix}.account.${ids[0]}`);
+    expect(last.subject).toBe(`${stream.prefix}.account.${ids[0]}.${partitionOf('account', ids[0]!, 16)}`);
     expect(last.headers).toMatchObject({
       'Event-Type': 'account.credited.v1',
       'Aggregate-Type': 'account',
@@ -121,8 +122,10 @@ describe('relay - publishing', () => {
     const rest = await createRelay(deps).run({ maxMessages: 2, timeLimitMs: 10_000 });
     expect(rest.published).toBe(2);
     const msgs = await readStream(nats().nc, stream);
-    expect(msgs.filter((m) => m.subject === `${stream.prefix}.account.${a}`).map((m) => m.event.aggregateVersion)).toEqual([1, 2, 3]);
-    expect(msgs.filter((m) => m.subject === `${stream.prefix}.account.${b}`)).toHaveLength(1);
+    expect(msgs.filter((m) => m.subject === `${stream.prefix}.account.${a}.${partitionOf('account', a, 16)}`).map((m) => m.event.aggregateVersion)).toEqual([
+      1, 2, 3,
+    ]);
+    expect(msgs.filter((m) => m.subject === `${stream.prefix}.account.${b}.${partitionOf('account', b, 16)}`)).toHaveLength(1);
   });
 
   it('parks a poison row as failed after the maximum attempts while other aggregates keep flowing, and a re-queue retries it', async () => {
@@ -196,15 +199,52 @@ describe('relay - database contention', () => {
       const stream = ownStream('RELAY');
       await accountCommands(t.deps).openMany(3);
       const db = createDatabase(relayClient);
-      const deps = relayDeps(t, nats().url, { db, writer: createWriter(db), stream });
-      const lock = await locker.transaction('write');
-      await lock.execute("UPDATE outbox SET headers = headers WHERE id = 'none'");
+      let lock: Awaited<ReturnType<typeof locker.transaction>> | undefined;
+      const deps = relayDeps(t, nats().url, {
+        db,
+        writer: createWriter(db),
+        stream,
+        faults: {
+          // another process takes the write lock between the PubAcks and the mark-sent write
+          async afterPubAcks() {
+            if (lock) return;
+            lock = await locker.transaction('write');
+            await lock.execute("UPDATE outbox SET headers = headers WHERE id = 'none'");
+          },
+        },
+      });
       const stop = new AbortController();
       const running = createRelay(deps).run({ signal: stop.signal, timeLimitMs: 20_000 });
       // published, but the mark-sent write cannot get the lock
       await eventually(async () => (await readStream(nats().nc, stream).catch(() => [])).length === 3, { what: 'three messages on the stream' });
       await new Promise((r) => setTimeout(r, 400));
       expect((await outboxRows(t)).every((r) => r.status === 'pending')).toBe(true);
+      await lock!.rollback();
+      await eventually(async () => (await outboxRows(t)).every((r) => r.status === 'sent'), { what: 'every row marked sent' });
+      stop.abort();
+      await running;
+      expect(await readStream(nats().nc, stream)).toHaveLength(3);
+    } finally {
+      relayClient.close();
+      locker.close();
+    }
+  });
+
+  it('a relay started while another process holds the write lock publishes nothing until it can lease, then everything', async () => {
+    await using t = await createTestDb();
+    const relayClient = createClient({ url: t.url, timeout: 100 });
+    const locker = createClient({ url: t.url });
+    try {
+      const stream = ownStream('RELAY');
+      await accountCommands(t.deps).openMany(3);
+      const db = createDatabase(relayClient);
+      const deps = relayDeps(t, nats().url, { db, writer: createWriter(db), stream });
+      const lock = await locker.transaction('write');
+      await lock.execute("UPDATE outbox SET headers = headers WHERE id = 'none'");
+      const stop = new AbortController();
+      const running = createRelay(deps).run({ signal: stop.signal, timeLimitMs: 20_000 });
+      await new Promise((r) => setTimeout(r, 600));
+      expect(await readStream(nats().nc, stream).catch(() => [])).toHaveLength(0);
       await lock.rollback();
       await eventually(async () => (await outboxRows(t)).every((r) => r.status === 'sent'), { what: 'every row marked sent' });
       stop.abort();

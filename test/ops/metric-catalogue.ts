@@ -21,6 +21,9 @@ export const METRIC_CATALOGUE: Readonly<Record<string, CatalogueEntry>> = {
   outbox_publish_lag_seconds: { type: 'histogram', labels: [] },
   outbox_relay_broker_up: { type: 'gauge', labels: [] },
   outbox_relay_last_pass_timestamp_seconds: { type: 'gauge', labels: [] },
+  outbox_relay_partitions_owned: { type: 'gauge', labels: [] },
+  outbox_relay_lease_acquisitions_total: { type: 'counter', labels: [] },
+  outbox_relay_lease_losses_total: { type: 'counter', labels: [] },
   inbox_processed_total: { type: 'counter', labels: consumer },
   inbox_duplicates_total: { type: 'counter', labels: consumer },
   inbox_ignored_total: { type: 'counter', labels: consumer },
@@ -31,6 +34,7 @@ export const METRIC_CATALOGUE: Readonly<Record<string, CatalogueEntry>> = {
   inbox_consumer_pending_messages: { type: 'gauge', labels: consumer },
   inbox_consumer_ack_pending_messages: { type: 'gauge', labels: consumer },
   inbox_dead_letter_messages: { type: 'gauge', labels: consumer },
+  inbox_partitions_owned: { type: 'gauge', labels: consumer },
   http_request_duration_seconds: { type: 'histogram', labels: ['method', 'route', 'status_class'] },
   hono_outbox_build_info: { type: 'gauge', labels: ['service', 'version', 'runtime'] },
 };

@@ -11,6 +11,7 @@ import { natsClient, startNats } from '../support/nats.ts';
 import { freePort, overHttp, ROOT, runtimeCommand, waitForHttp, withOutput } from '../support/process.ts';
 import { spawnGroup } from '../support/process-group.ts';
 import { readStream } from '../support/stream.ts';
+import { partitionOf } from '../../src/outbox/partition.ts';
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
@@ -69,7 +70,7 @@ describe.each(['bun', 'deno'] as const)('runtime parity %s - relay and subscribe
     cleanups.push(() => nc.close());
     const messages = await readStream(nc, 'HONO_OUTBOX');
     expect(messages).toHaveLength(1);
-    expect(messages[0]!.subject).toBe(`hono-outbox.order.${orderId}`);
+    expect(messages[0]!.subject).toBe(`hono-outbox.order.${orderId}.${partitionOf('order', orderId, 16)}`);
     expect(messages[0]!.headers).toMatchObject({ 'Nats-Msg-Id': eventId, 'Event-Type': 'order.placed.v1' });
     expect(messages[0]!.event).toMatchObject({ eventId, type: 'order.placed.v1', aggregateId: orderId });
 

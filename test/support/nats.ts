@@ -8,7 +8,8 @@ import { freePort } from './process.ts';
 
 export const NATS_SERVER_BIN = ['/usr/sbin/nats-server', '/usr/bin/nats-server', '/usr/local/bin/nats-server'].find(existsSync) ?? 'nats-server';
 
-async function waitForInfo(port: number, deadlineMs: number): Promise<void> {
+/** Resolves once a nats-server answers INFO on `port` (127.0.0.1); throws after `deadlineMs`. */
+export async function waitForInfo(port: number, deadlineMs: number): Promise<void> {
   const until = Date.now() + deadlineMs;
   for (;;) {
     const ok = await new Promise<boolean>((resolve) => {

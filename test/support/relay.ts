@@ -26,6 +26,8 @@ export function relayDeps(t: TestDb, url: string, over: RelayOverrides = {}): Re
     stream,
     wake: createSignal(),
     pollMs: 20,
+    partitions: 16,
+    lease: { owner: `test-relay-${crypto.randomUUID()}`, ttlMs: 3000 },
     ...rest,
     settings: {
       prefix: stream.prefix,

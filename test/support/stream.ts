@@ -4,6 +4,7 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import type { IntegrationEvent } from '../../src/events/integration-event.ts';
 import { ensureStream } from '../../src/nats/ensure-stream.ts';
 import { eventSubject, type StreamSettings } from '../../src/nats/stream-settings.ts';
+import { partitionOf } from '../../src/outbox/partition.ts';
 
 /** Stream settings for tests: the service's defaults, with a name and prefix `ownStream` replaces. */
 export const TEST_STREAM: StreamSettings = {
@@ -67,7 +68,11 @@ export async function publishRaw(
   const { aggregateType, aggregateId } = typeof body === 'string' ? to : body;
   const h = natsHeaders();
   h.set('Content-Type', 'application/json');
-  await jetstream(nc).publish(eventSubject(stream.prefix, aggregateType, aggregateId), new TextEncoder().encode(text), { msgID: msgId, headers: h });
+  await jetstream(nc).publish(
+    eventSubject(stream.prefix, aggregateType, aggregateId, partitionOf(aggregateType, aggregateId, 16)),
+    new TextEncoder().encode(text),
+    { msgID: msgId, headers: h },
+  );
 }
 
 /** Publishes each event with its eventId as Nats-Msg-Id, in order. */
