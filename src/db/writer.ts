@@ -13,8 +13,9 @@ export type Writer = {
    * savepoint, so a throw rolls back `fn`'s own work and rejects only its own promise. Expected outcomes (not
    * found, conflict) should be returned as values: a throw costs the whole group a rollback and a second run.
    * While another process holds the write lock, rejects with DatabaseBusyError once `fn` has waited the busy budget.
+   * With `urgent`, `fn` goes to the head of the queue (a lease renewal must not wait behind a burst of commands).
    */
-  write<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
+  write<T>(fn: (tx: Tx) => Promise<T>, options?: { urgent?: boolean }): Promise<T>;
   /** Resolves once everything queued so far has committed or failed. */
   idle(): Promise<void>;
 };
@@ -138,12 +139,16 @@ export function createWriter(db: Database, options: { maxGroup?: number; busyTim
   }
 
   return {
-    write<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
+    write<T>(fn: (tx: Tx) => Promise<T>, options?: { urgent?: boolean }): Promise<T> {
       // each job runs in the trace context of its caller (its spans and log lines name its request), the queue in none
       const caller = context.active();
       const job = caller === ROOT_CONTEXT ? fn : (tx: Tx) => context.with(caller, fn, undefined, tx);
       return new Promise<T>((resolve, reject) => {
-        queue.push({ fn: job, resolve: resolve as (v: unknown) => void, reject, deadline: Date.now() + budgetMs });
+        const deadline = Date.now() + budgetMs;
+        if (options?.urgent) {
+          // deadlines must not decrease along the queue (expire() reads them from the head)
+          queue.unshift({ fn: job, resolve: resolve as (v: unknown) => void, reject, deadline: Math.min(deadline, queue[0]?.deadline ?? deadline) });
+        } else queue.push({ fn: job, resolve: resolve as (v: unknown) => void, reject, deadline });
         draining ??= new Promise<void>((resolve) => nextTurn(() => resolve(context.with(ROOT_CONTEXT, drain))));
       });
     },

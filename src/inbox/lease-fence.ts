@@ -28,11 +28,11 @@ export async function assertLeaseHeld(tx: SqlRunner, lease: HeldLease): Promise<
  */
 export function fencedWriter(writer: Writer, lease: HeldLease): Writer {
   return {
-    write: (fn) =>
+    write: (fn, options) =>
       writer.write(async (tx) => {
         await assertLeaseHeld(sqlOf(tx), lease);
         return fn(tx);
-      }),
+      }, options),
     idle: () => writer.idle(),
   };
 }

@@ -128,9 +128,9 @@ export function createLeasedSubscriber(deps: LeasedSubscriberDeps): LeasedSubscr
 
   // The keeper's claims go through here: a claim's start and commit bound what is left of its leases.
   const keeperWriter: Writer = {
-    write: (fn) => {
+    write: (fn, options) => {
       const startedAt = Date.now();
-      return writer.write(fn).then((value) => {
+      return writer.write(fn, options).then((value) => {
         renewedAt = Math.max(renewedAt, startedAt);
         return value;
       });

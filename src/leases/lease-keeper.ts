@@ -109,7 +109,7 @@ export function createLeaseKeeper(deps: LeaseKeeperDeps): LeaseKeeper {
             if (joined) {
               setWork(NONE);
               try {
-                await writer.write((tx) => releaseLeases(sqlOf(tx), scope, owner));
+                await writer.write((tx) => releaseLeases(sqlOf(tx), scope, owner), { urgent: true });
                 joined = false;
                 log.warn('leases: cannot do the work; gave up partitions and membership until it can', { scope, owner, partitions: [...held.keys()] });
                 held = new Map();
@@ -125,10 +125,14 @@ export function createLeaseKeeper(deps: LeaseKeeperDeps): LeaseKeeper {
             continue;
           }
           try {
-            const res = await writer.write(async (tx) => {
-              const raw = sqlOf(tx);
-              return claimLeases(raw, { scope, owner, partitions: await deps.partitions(raw), ttlMs, held, draining });
-            });
+            // at the head of the queue: behind a burst of commands the leases would run out
+            const res = await writer.write(
+              async (tx) => {
+                const raw = sqlOf(tx);
+                return claimLeases(raw, { scope, owner, partitions: await deps.partitions(raw), ttlMs, held, draining });
+              },
+              { urgent: true },
+            );
             apply(res, startedAt);
             joined = true;
             waitMs = res.nextInMs;
@@ -147,7 +151,7 @@ export function createLeaseKeeper(deps: LeaseKeeperDeps): LeaseKeeper {
       } finally {
         setWork(NONE);
         try {
-          await writer.write((tx) => releaseLeases(sqlOf(tx), scope, owner));
+          await writer.write((tx) => releaseLeases(sqlOf(tx), scope, owner), { urgent: true });
           if (held.size > 0) log.info('leases: released partitions', { scope, owner, partitions: [...held.keys()] });
         } catch (error) {
           log.warn('leases: could not release; they run out after their TTL', { scope, owner, error: String(error) });

@@ -1,7 +1,7 @@
-// Hostile review of the scale-out change (outbox partitions, relay leases and fencing, subscriber instances), with
-// real parts only: libSQL files opened by second connections (what another process has), a private nats-server for
-// this file, relays and services as the code builds them. Each test states the guarantee it expects; the ones that
-// fail show a weakness, the analysis of each is in the report that came with this file.
+// Hostile edges of scale-out (outbox partitions, relay leases and fencing, subscriber instances), with real parts
+// only: libSQL files opened by second connections (what another process has), a private nats-server for this file,
+// relays and services as the code builds them. Each test states the guarantee it holds: leases lapsing mid-pass,
+// fenced marks, partition-count changes under subscribers, rows without a partition, instances cut off from the broker.
 import { createClient, type Client } from '@libsql/client';
 import { jetstreamManager, type ConsumerInfo } from '@nats-io/jetstream';
 import { connect as natsConnect, type NatsConnection } from '@nats-io/transport-node';

@@ -130,6 +130,28 @@ describe('leases - claims', () => {
     expect((await leaseRows(t)).filter((r) => r.partition >= 8 && r.owner !== null)).toEqual([]);
   });
 
+  it('a lease claim queued behind a burst of writes runs in the next transaction, not after the burst', async () => {
+    await using t = await createTestDb();
+    const ran: string[] = [];
+    const burst = Array.from({ length: 400 }, (_, i) =>
+      t.deps.writer.write(async (tx) => {
+        ran.push(`w${i}`);
+        await sqlOf(tx).execute('SELECT 1');
+      }),
+    );
+    const claimed = t.deps.writer.write(
+      async (tx) => {
+        ran.push('claim');
+        return claimLeases(sqlOf(tx), { scope: 'test', owner: 'a', partitions: 16, ttlMs: 60_000, held: new Map() });
+      },
+      { urgent: true },
+    );
+    await Promise.all([...burst, claimed]);
+    // the writer groups at most 64 jobs per transaction: the claim is in the first
+    expect(ran.indexOf('claim')).toBeLessThan(64);
+    expect((await claimed).owned.size).toBe(16);
+  });
+
   it('releasing gives every lease back at once and leaves the membership', async () => {
     await using t = await createTestDb();
     await claim(t.deps.writer, 'a');
@@ -236,7 +258,7 @@ describe('relay - several relays on one database', () => {
       relayDeps(t, nats().url, {
         stream,
         settings: { batch: 200 },
-        lease: { owner: 'relay-a', ttlMs: 1500 },
+        lease: { owner: 'relay-a', ttlMs: 3000 },
         faults: { beforePublish: (r) => (count(r), undefined) },
       }),
     );
@@ -246,7 +268,7 @@ describe('relay - several relays on one database', () => {
         db: other.db,
         writer: other.writer,
         settings: { batch: 200 },
-        lease: { owner: 'relay-b', ttlMs: 1500 },
+        lease: { owner: 'relay-b', ttlMs: 3000 },
         faults: { beforePublish: (r) => (count(r), undefined) },
       }),
     );
