@@ -64,7 +64,6 @@ export function createLeaseKeeper(deps: LeaseKeeperDeps): LeaseKeeper {
   let validUntil = 0;
   let version = 0;
   let last: ClaimResult | undefined;
-  let expiredSeen = false;
   /** Whether a claim made this instance a member (since the last release). */
   let joined = false;
   let markReady: () => void = () => undefined;
@@ -94,7 +93,6 @@ export function createLeaseKeeper(deps: LeaseKeeperDeps): LeaseKeeper {
     draining = new Set(res.surplus);
     last = res;
     validUntil = startedAt + ttlMs;
-    expiredSeen = false;
     deps.events?.owned?.(held.size);
     setWork(new Map([...held].filter(([p]) => !draining.has(p))));
   };
@@ -143,10 +141,8 @@ export function createLeaseKeeper(deps: LeaseKeeperDeps): LeaseKeeper {
           // wake up when the leases would run out locally, so work stops then even if no claim succeeds
           const untilExpiry = validUntil - Date.now();
           await sleep(untilExpiry > 0 ? Math.min(waitMs, untilExpiry + 1) : waitMs, signal);
-          if (Date.now() >= validUntil && !expiredSeen && held.size > 0) {
-            expiredSeen = true;
-            setWork(NONE);
-          }
+          // leases that ran out stop the work even if nobody asks active() (setWork changes nothing twice)
+          if (Date.now() >= validUntil) setWork(NONE);
         }
       } finally {
         setWork(NONE);

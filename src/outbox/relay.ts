@@ -49,9 +49,9 @@ export type Relay = {
 };
 
 /**
- * Creates the relay loop: apply the partition count, claim a fair share of the partitions' leases (kept on a timer
- * while it runs, released when it stops), connect (retrying with back-off), ensure the stream, then pass after pass
- * over the rows of the partitions it leases, its marks fenced by their epochs. It sleeps
+ * Creates the relay loop: connect (retrying with back-off), ensure the stream, then — once — apply the partition
+ * count and start claiming a fair share of the partitions' leases (kept on a timer while it runs, released when it
+ * stops), then pass after pass over the rows of the partitions it leases, its marks fenced by their epochs. It sleeps
  * until woken or for pollMs when idle, and backs off the whole worker 1 s, 2 s, 4 s … max (jittered) while the
  * broker is unavailable. An unsafe stream configuration or a refused partition count is fatal: `run` rejects with
  * UnsafeStreamConfigError or PartitionCountChangeError. Registers the relay's gauges (outbox_relay_broker_up,
@@ -238,9 +238,12 @@ export function createRelay(deps: RelayDeps): Relay {
           floor = previousMarked && !leftBehind && !pass.ackedRetry && pass.brokerError === undefined ? pass.scannedTo : NO_FLOOR;
           if (previousMarked && full && pass.failed === 0 && pass.brokerError === undefined) {
             marking = { done: pass.marked, seqs: pass.ackedSeqs, pass };
-          } else if (!(await settle(pass.marked)) || pass.fenced > 0) {
-            floor = NO_FLOOR;
-            if (pass.fenced === 0) continue;
+          } else {
+            if (!(await settle(pass.marked))) {
+              floor = NO_FLOOR;
+              continue;
+            }
+            if (pass.fenced > 0) floor = NO_FLOOR;
           }
           databaseOutage.reset();
           summary.passes++;
