@@ -13,6 +13,7 @@ type LagResult = {
   runtime: string;
   topology: string;
   commitToPubAck?: { cdf: Cdf; p50AtMostMs: number; p99AtMostMs: number; samples: number };
+  commitToStream?: { cdf: Cdf; p50Ms: number; p99Ms: number; samples: number };
   commitToSentAt?: { cdf: Cdf; p50Ms: number; p99Ms: number; samples: number };
   commitToApplied?: { cdf: Cdf; p50Ms: number; p99Ms: number; samples: number };
 };
@@ -57,6 +58,15 @@ function lagPanel(lag: LagResult | undefined, top: number): string {
       p50: lag.commitToPubAck?.p50AtMostMs,
       p99: lag.commitToPubAck?.p99AtMostMs,
       le: true,
+    },
+    {
+      name: 'commit → stored in the stream',
+      color: '#b279a2',
+      d: lag.commitToStream,
+      steps: false,
+      p50: lag.commitToStream?.p50Ms,
+      p99: lag.commitToStream?.p99Ms,
+      le: false,
     },
     {
       name: 'commit → marked sent (outbox.sent_at)',

@@ -1,19 +1,23 @@
 // npm run bench:commands [-- --runtime node|bun|deno|all] [--connections 32] [--seconds 10] [--warmup 2] [--variants a,b,c,d,e]
-// POST /orders throughput and latency with autocannon (in this Node process) against five servers, each its own
-// child process on a free loopback port, one after the other, same runtime per row:
+//   [--client wrk|autocannon]
+// POST /orders throughput and latency against five servers, each its own child process on a free loopback port, one
+// after the other, same runtime per row, loaded by wrk (a C client on one thread, as an external load test; the
+// default) or by autocannon in this Node process (`--client autocannon`: it then shares the cores with the server):
 //   (a) ceiling     Hono + the same zod validation, answers without I/O (the HTTP ceiling)
 //   (b) state-only  the real app and writer, the order rows only (no appendToOutbox)
 //   (c) outbox      the real service entry, ROLES=api: state + outbox rows in one transaction
 //   (d) dual-write  (b) then an awaited JetStream publish before answering, to a private nats-server
 //   (e) mixed       (c) with one request in ten a cancel of an already cancelled order (409, an expected refusal)
-// Every server gets a fresh database. Prints req/s (for (e): answered commands, 201 and 409, per second) and
-// p50/p99 and the ratios c/b, c/d, c/a, e/c. No assertion on timings.
+// Every server gets a fresh database. Every answer is counted by status: a run with an unexpected status or a socket
+// error says so (and counts only the expected answers). Prints req/s (for (e): answered commands, 201 and 409, per
+// second) and p50/p99 and the ratios c/b, c/d, c/a, e/c. No assertion on timings.
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { createTempDir } from '../test/support/db.ts';
 import { orderBody } from '../test/support/example-orders.ts';
 import { RUNTIMES, type Runtime } from '../test/support/process.ts';
 import { startServer, stringArg } from './variants/launch.ts';
+import { checkAnswers, runWrk, WRK_BIN, type WrkRequest } from './variants/wrk.ts';
 import { describeMachine } from './variants/machine.ts';
 import { numberArg, round, saveResult, startNats } from './support.ts';
 
@@ -21,11 +25,15 @@ const CONNECTIONS = numberArg('connections', 32);
 const SECONDS = numberArg('seconds', 10);
 const WARMUP = numberArg('warmup', 2);
 const runtimeArg = stringArg('runtime', 'all');
+const CLIENT = stringArg('client', 'wrk');
 if (process.argv.includes('--help')) {
-  console.log('npm run bench:commands [-- --runtime node|bun|deno|all] [--connections 32] [--seconds 10] [--warmup 2] [--variants a,b,c,d,e]');
+  console.log(
+    'npm run bench:commands [-- --runtime node|bun|deno|all] [--connections 32] [--seconds 10] [--warmup 2] [--variants a,b,c,d,e] [--client wrk|autocannon]',
+  );
   console.log('  (a) ceiling, (b) state-only, (c) outbox: the real path, (d) dual-write, (e) mixed: (c) with 10 % cancels answered 409');
   process.exit(0);
 }
+if (CLIENT !== 'wrk' && CLIENT !== 'autocannon') throw new Error(`--client must be wrk or autocannon (got ${CLIENT})`);
 const runtimes: Runtime[] = runtimeArg === 'all' ? [...RUNTIMES] : (runtimeArg.split(',') as Runtime[]);
 for (const r of runtimes) if (!RUNTIMES.includes(r)) throw new Error(`--runtime must be node, bun, deno or all (got ${r})`);
 
@@ -57,7 +65,19 @@ const variantsArg = stringArg('variants', 'a,b,c,d,e').split(',');
 const selected = VARIANTS.filter((v) => variantsArg.includes(v.key));
 
 type VariantResult =
-  | { reqPerSec: number; p50Ms: number; p99Ms: number; avgMs: number; maxMs: number; ok: number; non2xx: number; errors: number; timeouts: number }
+  | {
+      reqPerSec: number;
+      p50Ms: number;
+      p99Ms: number;
+      avgMs: number;
+      maxMs: number;
+      ok: number;
+      non2xx: number;
+      errors: number;
+      timeouts: number;
+      /** What went wrong in the measured run (unexpected statuses, socket errors); empty when every answer was expected. */
+      problems?: string[];
+    }
   | { error: string };
 
 const body = JSON.stringify(orderBody());
@@ -70,6 +90,27 @@ const requestsFor = (kind: Load, cancelledId: string): AutocannonRequest[] =>
     : [...Array<AutocannonRequest>(9).fill(placeRequest), { method: 'POST', path: `/orders/${cancelledId}/cancel`, headers: JSON_TYPE, body: '{}' }];
 const load = (url: string, seconds: number, requests: AutocannonRequest[]) =>
   autocannon({ url, requests, connections: CONNECTIONS, duration: seconds, pipelining: 1 });
+
+/** The measured run with wrk: 201 (and, for the mixed load, 409) are the expected answers; anything else is reported. */
+async function loadWithWrk(url: string, kind: Load, requests: AutocannonRequest[]): Promise<VariantResult> {
+  const wrkRequests: WrkRequest[] = requests.map((r) => ({ method: r.method, path: r.path, headers: r.headers, body: r.body }));
+  if (WARMUP > 0) await runWrk(url, wrkRequests, { connections: CONNECTIONS, seconds: WARMUP });
+  const r = await runWrk(url, wrkRequests, { connections: CONNECTIONS, seconds: SECONDS });
+  const { ok, problems } = checkAnswers(r, kind === 'mixed' ? [201, 409] : [201]);
+  const e = r.socketErrors;
+  return {
+    reqPerSec: Math.round(ok / r.seconds),
+    p50Ms: r.latencyMs.p50,
+    p99Ms: r.latencyMs.p99,
+    avgMs: r.latencyMs.avg,
+    maxMs: r.latencyMs.max,
+    ok,
+    non2xx: r.requests - ok,
+    errors: e.connect + e.read + e.write,
+    timeouts: e.timeout,
+    problems,
+  };
+}
 
 /** Places an order and cancels it: the target of the mixed load's cancels. */
 async function cancelledOrder(url: string): Promise<string> {
@@ -100,6 +141,7 @@ async function measure(runtime: Runtime, v: Variant, natsUrl: string, dir: strin
     if (probe.status !== 201) return { error: `probe POST /orders answered ${probe.status}: ${(await probe.text()).slice(0, 200)}` };
     await probe.body?.cancel();
     const requests = requestsFor(v.load ?? 'place', v.load === 'mixed' ? await cancelledOrder(server.url) : '');
+    if (CLIENT === 'wrk') return await loadWithWrk(server.url, v.load ?? 'place', requests);
     if (WARMUP > 0) await load(server.url, WARMUP, requests);
     const r = await load(server.url, SECONDS, requests);
     // The mixed load's 409s are answers it asked for: they count as done, not as errors.
@@ -137,7 +179,7 @@ async function main() {
         console.log(
           'error' in r
             ? `ERROR ${r.error}`
-            : `${r.reqPerSec} req/s, p50 ${r.p50Ms} ms, p99 ${r.p99Ms} ms${r.non2xx + r.errors + r.timeouts ? `, ${r.non2xx} non-2xx, ${r.errors} errors, ${r.timeouts} timeouts` : ''}`,
+            : `${r.reqPerSec} req/s, p50 ${r.p50Ms} ms, p99 ${r.p99Ms} ms${r.non2xx + r.errors + r.timeouts ? `, WITH ERRORS: ${r.problems?.join(', ') ?? `${r.non2xx} non-2xx, ${r.errors} errors, ${r.timeouts} timeouts`}` : ''}`,
         );
       }
       const [a, b, c, d, e] = VARIANTS.map((v) => variants[v.id]);
@@ -149,13 +191,13 @@ async function main() {
   }
 
   console.log(
-    `\nPOST /orders, ${CONNECTIONS} connections, ${SECONDS} s measured after ${WARMUP} s warm-up (autocannon in the bench process, server in a child)`,
+    `\nPOST /orders, ${CONNECTIONS} connections, ${SECONDS} s measured after ${WARMUP} s warm-up (${CLIENT === 'wrk' ? `wrk, one thread (${WRK_BIN})` : 'autocannon in the bench process'}, server in a child)`,
   );
   console.log(`${'runtime'.padEnd(8)}${selected.map((v) => `(${v.key}) ${v.id}`.padEnd(26)).join('')}c/b    c/d    c/a    e/c`);
   for (const [runtime, row] of Object.entries(byRuntime)) {
     const cells = selected.map((v) => {
       const r = row.variants[v.id];
-      return (r && 'reqPerSec' in r ? `${r.reqPerSec}/s ${r.p50Ms}|${r.p99Ms} ms` : 'error').padEnd(26);
+      return (r && 'reqPerSec' in r ? `${r.reqPerSec}/s ${r.p50Ms}|${r.p99Ms} ms${r.non2xx + r.errors + r.timeouts ? ' ERR' : ''}` : 'error').padEnd(26);
     });
     console.log(
       `${runtime.padEnd(8)}${cells.join('')}${String(row.ratios.cOverB).padEnd(7)}${String(row.ratios.cOverD).padEnd(7)}${String(row.ratios.cOverA).padEnd(7)}${row.ratios.eOverC}`,
@@ -163,6 +205,7 @@ async function main() {
   }
   const result = {
     bench: 'commands',
+    client: CLIENT,
     connections: CONNECTIONS,
     seconds: SECONDS,
     warmupSeconds: WARMUP,

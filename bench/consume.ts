@@ -1,4 +1,5 @@
-// node --import tsx bench/consume.ts [--events 20000] [--rounds 5] [--batch 256]
+// node --import tsx bench/consume.ts [--events 20000] [--rounds 5] [--batch 256] [--only inbox|plain]
+// (`--only` runs one path alone, e.g. under `node --cpu-prof --import tsx bench/consume.ts --only inbox`; no ratio then.)
 // Pre-publishes M order events (~300 B) to a fresh stream on a private nats-server, then consumes all of them with
 // the `reporting` handler (a) through the inbox (handleBatch: one write per pulled batch with the inbox claims and
 // the effects, ack after commit) and (b) through the same runner, batching and validation without the inbox claim. Each round
@@ -17,11 +18,14 @@ import { ensureStream } from '../src/nats/ensure-stream.ts';
 import { reporting } from '../src/subscribers/reporting/subscriber.ts';
 import { createSubscriberDb, testRunner } from '../test/support/consumer.ts';
 import { TEST_STREAM } from '../test/support/stream.ts';
+import { stringArg } from './variants/launch.ts';
 import { numberArg, percentile, round, saveResult, startNats } from './support.ts';
 
 const M = numberArg('events', 20_000);
 const ROUNDS = numberArg('rounds', 5);
 const BATCH = numberArg('batch', 256);
+const ONLY = stringArg('only', 'both');
+if (!['both', 'inbox', 'plain'].includes(ONLY)) throw new Error('--only must be inbox or plain');
 const IN_FLIGHT = 256;
 
 function orderEvents(n: number): IntegrationEvent[] {
@@ -108,7 +112,7 @@ async function main() {
     const plainCpu: number[] = [];
     for (let r = 0; r < ROUNDS; r++) {
       // alternate the order so neither path always runs on a warmer process
-      const order = r % 2 === 0 ? [true, false] : [false, true];
+      const order = (r % 2 === 0 ? [true, false] : [false, true]).filter((w) => ONLY === 'both' || w === (ONLY === 'inbox'));
       for (const withInbox of order) {
         const res = await consumeAll(nats.url, stream, `${withInbox ? 'inbox' : 'plain'}_${r}`, withInbox);
         if (res.check !== M) throw new Error(`read model counted ${res.check} of ${M} events`);

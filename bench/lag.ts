@@ -10,22 +10,28 @@
 //                       percentiles read "≤ bound"
 //   commit → sent_at    outbox.sent_at − occurred_at per row: the PubAck plus the wait for the rest of the batch's
 //                       PubAcks and for the relay's UPDATE to reach the write queue
+//   commit → stream     the stream's own store time of each message (read back after the run) − its Occurred-At
+//                       header: when the event was seen on the stream, whatever the relay did after the PubAck
 //   commit → applied    inbox.received_at − occurred_at per event (joined on the event id)
+// `--rates 500,1000,1500` runs the whole measurement once per rate (a fresh service each) and prints the highest rate
+// whose commit → stream p99 stays within 50 ms.
 // Bounded: the load stops after warmup + seconds, the drain wait after 60 s. No assertion on timings.
 import { createClient, type Client } from '@libsql/client';
-import { jetstreamManager } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { join } from 'node:path';
-import { durableNameOf } from '../src/service-name.ts';
 import { createTempDir } from '../test/support/db.ts';
 import { orderBody } from '../test/support/example-orders.ts';
 import type { Runtime } from '../test/support/process.ts';
 import { startChild, startServer, stringArg, subscriberCommand, type Child } from './variants/launch.ts';
 import { describeMachine } from './variants/machine.ts';
 import { runPacedLoad, summarize } from './variants/paced-load.ts';
-import { numberArg, percentile, round, saveResult, startNats } from './support.ts';
+import { durableReady, numberArg, percentile, round, saveResult, startNats, waitFor } from './support.ts';
 
-const RATE = numberArg('rate', 1000);
+const RATES = stringArg('rates', String(numberArg('rate', 1000)))
+  .split(',')
+  .map((r) => Number(r.trim()));
+if (RATES.some((r) => !(r > 0 && r <= 20_000))) throw new Error(`--rate/--rates take commands per second from 1 to 20000 (got ${RATES})`);
 const SECONDS = numberArg('seconds', 30);
 const WARMUP = numberArg('warmup', 2);
 const DRAIN_MS = numberArg('drain-seconds', 60) * 1000;
@@ -84,16 +90,33 @@ async function count(client: Client, sql: string): Promise<number> {
   }
 }
 
-async function waitFor(check: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {
-  const until = Date.now() + timeoutMs;
-  while (Date.now() < until) {
-    if (await check()) return true;
-    await new Promise((r) => setTimeout(r, 200));
+/** Store time − Occurred-At (ms) of every message in the stream that occurred at or after `fromMs`, read with an ordered consumer. */
+async function streamLags(url: string, stream: string, fromMs: number): Promise<number[]> {
+  const nc = await connect({ servers: [url] });
+  try {
+    const js = jetstream(nc);
+    const total = (await (await jetstreamManager(nc)).streams.info(stream)).state.messages;
+    const consumer = await js.consumers.get(stream);
+    const lags: number[] = [];
+    let seen = 0;
+    while (seen < total) {
+      const batch = await consumer.fetch({ max_messages: Math.min(1000, total - seen), expires: 5000 });
+      let got = 0;
+      for await (const m of batch) {
+        got++;
+        const occurred = Date.parse(m.headers?.get('Occurred-At') ?? '');
+        if (occurred >= fromMs) lags.push(m.info.timestampNanos / 1e6 - occurred);
+      }
+      if (got === 0) break;
+      seen += got;
+    }
+    return lags;
+  } finally {
+    await nc.close();
   }
-  return false;
 }
 
-async function main() {
+async function main(RATE: number) {
   const nats = await startNats();
   const tmp = createTempDir('hono-outbox-lag-');
   const children: Child[] = [];
@@ -117,17 +140,7 @@ async function main() {
       children.push(startChild('subscriber', sub.cmd, sub.args, env));
     }
     // the durable consumer exists once the subscriber is up; only then does the clock start
-    const nc = await connect({ servers: [nats.url] });
-    const jsm = await jetstreamManager(nc);
-    const ready = await waitFor(async () => {
-      try {
-        await jsm.consumers.info('HONO_OUTBOX', durableNameOf('hono-outbox', SUBSCRIBER));
-        return true;
-      } catch {
-        return false;
-      }
-    }, 60_000);
-    await nc.close();
+    const ready = await durableReady(nats.url, SUBSCRIBER);
     if (!ready)
       throw new Error(`the ${SUBSCRIBER} consumer never appeared (${subscriberHow}); output:\n${children.map((c) => `[${c.name}] ${c.output()}`).join('\n')}`);
 
@@ -148,6 +161,7 @@ async function main() {
     }, DRAIN_MS);
     const drainMs = Date.now() - loadEnd;
     const pubAckHistogram = bucketDistribution(await scrapeLagBuckets(service.url));
+    const toStream = await streamLags(nats.url, 'HONO_OUTBOX', measureFrom);
     for (const c of children.splice(0).reverse()) await c.stop();
 
     const rows = (await app.execute({ sql: 'SELECT id, occurred_at, sent_at FROM outbox WHERE occurred_at >= ?', args: [measureFrom] })).rows;
@@ -184,6 +198,7 @@ async function main() {
       notApplied: rows.length - applied.length,
       http: summarize(measured, percentile),
       commitToPubAck: pubAckHistogram,
+      commitToStream: distribution(toStream),
       commitToSentAt: distribution(pubAck),
       commitToApplied: distribution(applied),
       machine: await describeMachine(),
@@ -194,13 +209,14 @@ async function main() {
     );
     const h = result.commitToPubAck;
     console.log(`commit → PubAck  (histogram): p50 ≤ ${h.p50AtMostMs} ms, p99 ≤ ${h.p99AtMostMs} ms, max ≤ ${h.maxAtMostMs} ms (${h.samples} events)`);
+    console.log(line('commit → stream  ', result.commitToStream));
     console.log(line('commit → sent_at', result.commitToSentAt));
     console.log(line('commit → applied', result.commitToApplied));
     if (result.http.p50Ms > 1000)
       console.log(`MISS: the service did not keep up with ${RATE} commands/s (POST p50 ${result.http.p50Ms} ms; requests queued in the client)`);
     if (!drained)
       console.log(`MISS: not drained ${Math.round(DRAIN_MS / 1000)} s after the load: ${result.notPublished} unpublished, ${result.notApplied} not applied`);
-    console.log(`results: ${saveResult('lag', result)}`);
+    return result;
   } finally {
     for (const c of children.reverse()) await c.stop();
     tmp[Symbol.dispose]();
@@ -208,4 +224,17 @@ async function main() {
   }
 }
 
-await main();
+const runs = [];
+for (const rate of RATES) runs.push(await main(rate));
+if (runs.length > 1) {
+  console.log('\nrate /s | sent /s | POST p99 ms | commit → stream p50 / p99 / max ms | commit → applied p99 ms');
+  for (const r of runs)
+    console.log(
+      `${String(r.rate).padStart(7)} | ${String(r.sentRate).padStart(7)} | ${String(r.http.p99Ms).padStart(11)} | ${`${r.commitToStream.p50Ms} / ${r.commitToStream.p99Ms} / ${r.commitToStream.maxMs}`.padStart(34)} | ${r.commitToApplied.p99Ms}`,
+    );
+  const within = runs.filter((r) => r.drained && r.commitToStream.p99Ms <= 50).map((r) => r.rate);
+  console.log(
+    `highest rate with commit → stream p99 ≤ 50 ms: ${within.length ? Math.max(...within) : 'none of'} ${within.length ? 'commands/s' : RATES.join(', ')}`,
+  );
+}
+console.log(`results: ${saveResult('lag', runs.length === 1 ? runs[0] : { bench: 'lag', sweep: runs })}`);

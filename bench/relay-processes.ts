@@ -314,7 +314,10 @@ async function coldStart(ctx: { dir: string; seed: string; natsUrl: string; jsm:
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]!;
 
-export async function benchRelayProcesses(o: RelayProcessesOptions): Promise<void> {
+/** What one run measured (also saved as bench/results/relay-processes-*.json unless `save` is false). */
+export type RelayProcessesResult = Awaited<ReturnType<typeof benchRelayProcesses>>;
+
+export async function benchRelayProcesses(o: RelayProcessesOptions & { save?: boolean }) {
   const nats = await startNats();
   const dir = mkdtempSync(join(tmpdir(), 'bench-relays-'));
   const profileDir = o.profile ? mkdtempSync(join(tmpdir(), 'relay-cpuprof-')) : undefined;
@@ -414,7 +417,8 @@ export async function benchRelayProcesses(o: RelayProcessesOptions): Promise<voi
       relays: table,
       coldStart: cold,
     };
-    console.log(`results: ${saveResult('relay-processes', result)}`);
+    if (o.save !== false) console.log(`results: ${saveResult('relay-processes', result)}`);
+    return result;
   } finally {
     await nc?.close();
     await nats[Symbol.asyncDispose]();

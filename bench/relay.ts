@@ -1,5 +1,11 @@
-// npm run bench:relay — (a) raw pipelined JetStream publish vs (b) the relay draining the same number of
-// outbox rows, on one private nats-server in one run; (c) commit → PubAck lag at a steady command rate.
+// npm run bench:relay — for each payload size (--sizes 0,1024,8192: the example order, ~1 KiB, ~8 KiB), one relay
+// PROCESS (the real entry, as `npm run relay` starts it) draining --rows 30000 rows, timed by the stream from its
+// first message to its last, against raw pipelined JetStream publishing (256 in flight) of the same messages (same
+// bodies, headers, subjects and Nats-Msg-Ids) in the same run; plus spawn → first publish of a relay started on the
+// backlog, and backlog committed → first publish of a running one. --rounds R reports the median drain.
+//
+// npm run bench:relay -- --in-process — (a) raw pipelined JetStream publish vs (b) the relay draining the same number of
+// outbox rows in the benchmark's own process; (c) commit → PubAck lag at a steady command rate.
 //   --messages N      rows for (a)/(b) (default 20 000)
 //   --rate R          commands per second for (c) (default 1000)
 //   --seconds S       duration of (c) (default 30)
@@ -37,15 +43,23 @@ const SECONDS = numberArg('seconds', 30);
 const IN_FLIGHT = 256;
 
 /** Places one order through the writer as POST /orders does; resolves with its id once committed. */
-async function placeOne(deps: Deps): Promise<string> {
-  const outcome = await deps.writer.write((tx) => placeOrder(tx, orderBody(), createCommand(tx, deps)));
+async function placeOne(deps: Deps, body = orderBody()): Promise<string> {
+  const outcome = await deps.writer.write((tx) => placeOrder(tx, body, createCommand(tx, deps)));
   if ('problem' in outcome) throw outcome.problem;
   return (outcome.body as { orderId: string }).orderId;
 }
 
-async function fillOutbox(t: TestDb, n: number): Promise<void> {
+async function fillOutbox(t: TestDb, n: number, payloadBytes?: number): Promise<void> {
+  // an order line holding a 64-character SKU adds ~105 bytes to the event; the envelope and order fields ~330
+  const lines = payloadBytes === undefined ? undefined : Math.min(100, Math.max(1, Math.round((payloadBytes - 330) / 105)));
+  const body =
+    lines === undefined
+      ? orderBody()
+      : orderBody({
+          items: Array.from({ length: lines }, (_, i) => ({ sku: `${'s'.repeat(60)}${String(i).padStart(4, '0')}`, quantity: 1, unitPriceCents: 100 })),
+        });
   for (let done = 0; done < n; done += 500) {
-    await Promise.all(Array.from({ length: Math.min(500, n - done) }, () => placeOne(t.deps)));
+    await Promise.all(Array.from({ length: Math.min(500, n - done) }, () => placeOne(t.deps, body)));
   }
 }
 
@@ -175,6 +189,48 @@ async function main() {
   }
 }
 
+/**
+ * The default run: for each payload size, one relay process (`src/entry/relay.ts`, as `npm run relay` starts it)
+ * draining --rows rows against raw pipelined publishing of the same messages in the same run.
+ */
+async function sizes(list: number[], rows: number, rounds: number): Promise<void> {
+  const runs = [];
+  for (const bytes of list) {
+    console.log(`\n--- payload ~${bytes} B ---`);
+    const r = await benchRelayProcesses({
+      counts: [1],
+      rows,
+      leaseTtlMs: numberArg('lease-ttl-ms', 3000),
+      rounds,
+      profile: process.argv.includes('--profile'),
+      fill: (t, n) => fillOutbox(t, n, bytes === 0 ? undefined : bytes),
+      save: false,
+    });
+    const one = r.relays[0]!;
+    runs.push({
+      avgPayloadBytes: r.avgPayloadBytes,
+      rows,
+      rawPublishPerSec: Math.round((r.rawPublishPerSec.before + r.rawPublishPerSec.after) / 2),
+      rawBeforeAfter: r.rawPublishPerSec,
+      relayPerSec: one.perSec,
+      roundsPerSec: one.roundsPerSec,
+      ratioToRaw: one.ratioToRaw,
+      relayCpuUsPerEvent: one.relayCpuUsPerEvent,
+      natsCpuUsPerEvent: one.natsCpuUsPerEvent,
+      insertToFirstPublishMs: one.insertToFirstPublishMs,
+      spawnToFirstPublishMs: r.coldStart.spawnToFirstPublishMs,
+      coldStartPerSec: r.coldStart.perSec,
+    });
+  }
+  console.log('\nrelay process vs raw pipelined publish (256 in flight), same messages, same run');
+  console.log('payload B | rows  | raw msg/s | relay ev/s | × raw | relay + nats CPU µs/event | spawn → 1st publish ms | backlog → 1st publish ms');
+  for (const x of runs)
+    console.log(
+      `${String(x.avgPayloadBytes).padStart(9)} | ${String(x.rows).padStart(5)} | ${String(x.rawPublishPerSec).padStart(9)} | ${String(x.relayPerSec).padStart(10)} | ${String(x.ratioToRaw).padStart(5)} | ${`${x.relayCpuUsPerEvent} + ${x.natsCpuUsPerEvent ?? '?'}`.padStart(25)} | ${String(x.spawnToFirstPublishMs).padStart(22)} | ${String(x.insertToFirstPublishMs).padStart(24)}`,
+    );
+  console.log(`results: ${saveResult('relay', { bench: 'relay', mode: 'process', sizes: runs })}`);
+}
+
 const RELAYS = stringArg('relays', '');
 if (RELAYS) {
   const counts = RELAYS.split(',').map((c) => Number(c.trim()));
@@ -187,4 +243,12 @@ if (RELAYS) {
     profile: process.argv.includes('--profile'),
     fill: fillOutbox,
   });
-} else await main();
+} else if (process.argv.includes('--in-process')) await main();
+else {
+  const list = stringArg('sizes', '0,1024,8192')
+    .split(',')
+    .map((x) => Number(x.trim()));
+  if (list.some((x) => !Number.isInteger(x) || x < 0 || x > 12_000))
+    throw new Error(`--sizes takes payload sizes in bytes up to 12000, 0 for the example order (got ${list})`);
+  await sizes(list, numberArg('rows', 30_000), numberArg('rounds', 1));
+}

@@ -1,9 +1,12 @@
 // Shared helpers for the benchmarks: a private nats-server, a temp database, percentiles, result files.
 // The benchmarks measure this service as users run it, the example context and subscribers included.
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { MIGRATIONS_FOLDER } from '../src/entry/boot.ts';
 import { modules } from '../src/modules.ts';
+import { durableNameOf } from '../src/service-name.ts';
 import { createTestDb, type TestDb } from '../test/support/db.ts';
 
 export { startNats } from '../test/support/nats.ts';
@@ -94,5 +97,33 @@ export function machineCpuTicks(): { busy: number; total: number } | undefined {
     return { busy: total - idle, total };
   } catch {
     return undefined;
+  }
+}
+
+/** Polls `check` every `everyMs` until it answers true (then true) or `timeoutMs` passed (then false). */
+export async function waitFor(check: () => Promise<boolean>, timeoutMs: number, everyMs = 500): Promise<boolean> {
+  const until = Date.now() + timeoutMs;
+  while (Date.now() < until) {
+    if (await check()) return true;
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+  return false;
+}
+
+/** Waits (at most `timeoutMs`) until the durable consumer of `subscriber` exists on the HONO_OUTBOX stream at `natsUrl`. */
+export async function durableReady(natsUrl: string, subscriber: string, timeoutMs = 60_000): Promise<boolean> {
+  const nc = await connect({ servers: [natsUrl] });
+  try {
+    const jsm = await jetstreamManager(nc);
+    return await waitFor(async () => {
+      try {
+        await jsm.consumers.info('HONO_OUTBOX', durableNameOf('hono-outbox', subscriber));
+        return true;
+      } catch {
+        return false;
+      }
+    }, timeoutMs);
+  } finally {
+    await nc.close();
   }
 }

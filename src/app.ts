@@ -1,5 +1,4 @@
 import { Hono } from 'hono';
-import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import { requestId } from 'hono/request-id';
 import { describeRoute } from 'hono-openapi';
@@ -8,6 +7,7 @@ import { isBusyError, isDatabaseUnreachable } from './db/busy.ts';
 import type { Deps } from './deps.ts';
 import { AppError, NotFoundError, ServiceUnavailableError, toProblem } from './errors.ts';
 import { mountApiDescription } from './http/api-description.ts';
+import { bodyLimit } from './http/body-limit.ts';
 import type { Context } from './http/define-context.ts';
 import { describeQuery, jsonResponse } from './http/describe-route.ts';
 import { createReadinessCheck, type ReadinessSources } from './http/readiness.ts';

@@ -24,6 +24,9 @@ export function serializeError(error: Error): Record<string, unknown> {
 // Errors keep their type, message and stack; a BigInt becomes its decimal text (JSON has no such number).
 const replaceValues = (_key: string, value: unknown) => (value instanceof Error ? serializeError(value) : typeof value === 'bigint' ? value.toString() : value);
 
+/** A value replaceValues leaves as it is, at any depth: neither an object (an Error may hide in one) nor a BigInt. */
+const isPlain = (value: unknown): boolean => (typeof value !== 'object' || value === null) && typeof value !== 'bigint';
+
 /**
  * The line as JSON. A field named like one every line carries (`reserved`: time, level, msg and the base fields) is
  * written as `field_<name>` instead of replacing it; fields that cannot be written (a cycle, a throwing toJSON) are
@@ -31,16 +34,24 @@ const replaceValues = (_key: string, value: unknown) => (value instanceof Error 
  */
 function render(line: Record<string, unknown>, fields: LogFields | undefined, reserved: ReadonlySet<string>): string {
   const all: Record<string, unknown> = { ...line };
-  for (const key in fields) all[reserved.has(key) ? `field_${key}` : key] = fields[key];
+  // a line of plain values (an access line) needs no replacer, which JSON.stringify would call for every key
+  let plain = true;
+  for (const key in line) plain &&= isPlain(line[key]);
+  for (const key in fields) {
+    const value = fields[key];
+    all[reserved.has(key) ? `field_${key}` : key] = value;
+    plain &&= isPlain(value);
+  }
   try {
-    return JSON.stringify(all, replaceValues);
+    return plain ? JSON.stringify(all) : JSON.stringify(all, replaceValues);
   } catch (error) {
     return JSON.stringify({ ...line, log_error: `fields not serializable: ${error instanceof Error ? error.message : String(error)}` }, replaceValues);
   }
 }
 
 /**
- * One JSON object per line at or above `level`, written through `write` with its level (stdout by default): time,
+ * One JSON object per line at or above `level`, written through `write` with its level (stdout by default; the service entries
+ * batch a turn's lines, see src/entry/stdout-lines.ts): time,
  * level, `base` (e.g. `{ service, version }`), msg, the active span's `trace_id`/`span_id` (read through `context`),
  * then the line's own fields; one named like time, level, msg or a base field is written as `field_<name>`. Errors
  * in the fields are written with their type, message and stack, BigInts as text; fields that cannot be serialized

@@ -22,7 +22,7 @@ export function renderMarkdown(summary: Summary): string {
   const cmd = r.commands;
   if (cmd?.runtimes) {
     out.push(
-      `**bench:commands** — POST /orders, ${cmd.connections} connections, ${cmd.seconds} s after ${cmd.warmupSeconds} s warm-up; req/s (p50 / p99 ms)`,
+      `**bench:commands** — POST /orders, ${cmd.connections} connections, ${cmd.seconds} s after ${cmd.warmupSeconds} s warm-up, ${cmd.client ?? 'autocannon'}; req/s (p50 / p99 ms)`,
       '',
     );
     out.push(row(['runtime', ...cmd.variants.map((v: Rec) => `(${v.key}) ${v.label}`), 'c/b', 'c/d', 'c/a']));
@@ -30,7 +30,8 @@ export function renderMarkdown(summary: Summary): string {
     for (const [runtime, x] of Object.entries(cmd.runtimes as Rec)) {
       const cells = cmd.variants.map((v: Rec) => {
         const y = x.variants[v.id];
-        return y?.reqPerSec !== undefined ? `${y.reqPerSec} (${y.p50Ms} / ${y.p99Ms})` : `error`;
+        const failed = (y?.non2xx ?? 0) + (y?.errors ?? 0) + (y?.timeouts ?? 0);
+        return y?.reqPerSec !== undefined ? `${y.reqPerSec} (${y.p50Ms} / ${y.p99Ms})${failed ? ` **${failed} failed**` : ''}` : `error`;
       });
       out.push(row([runtime, ...cells, x.ratios.cOverB, x.ratios.cOverD, x.ratios.cOverA]));
     }
@@ -45,6 +46,7 @@ export function renderMarkdown(summary: Summary): string {
     out.push(row(['measure', 'p50 / p99 / max (ms)', 'events']), row(['---', '---', '---']));
     out.push(row(['POST /orders (from due time)', ms(lag.http), lag.http?.requests]));
     out.push(row(['commit → PubAck (outbox_publish_lag_seconds buckets)', ms(lag.commitToPubAck, true), lag.commitToPubAck?.samples]));
+    if (lag.commitToStream) out.push(row(['commit → stored in the stream (Occurred-At → stream time)', ms(lag.commitToStream), lag.commitToStream.samples]));
     out.push(row(['commit → marked sent (outbox.sent_at)', ms(lag.commitToSentAt), lag.commitToSentAt?.samples]));
     out.push(row(['commit → applied (inbox.received_at)', ms(lag.commitToApplied), lag.commitToApplied?.samples]));
     out.push('');
@@ -62,7 +64,30 @@ export function renderMarkdown(summary: Summary): string {
     out.push('');
   }
   const relay = r.relay;
-  if (relay?.rawPublishPerSec) {
+  if (relay?.sizes) {
+    out.push(
+      '**bench:relay** — one relay process (`src/entry/relay.ts`) draining a backlog vs raw pipelined publishing of the same messages (256 in flight), same run',
+      '',
+    );
+    out.push(
+      row(['payload', 'rows', 'raw msg/s', 'relay ev/s', '× raw', 'CPU µs/event relay + nats-server', 'spawn → 1st publish ms', 'backlog → 1st publish ms']),
+      row(Array(8).fill('---')),
+    );
+    for (const x of relay.sizes as Rec[])
+      out.push(
+        row([
+          `${x.avgPayloadBytes} B`,
+          x.rows,
+          x.rawPublishPerSec,
+          x.relayPerSec,
+          x.ratioToRaw,
+          `${x.relayCpuUsPerEvent} + ${x.natsCpuUsPerEvent}`,
+          x.spawnToFirstPublishMs,
+          x.insertToFirstPublishMs,
+        ]),
+      );
+    out.push('');
+  } else if (relay?.rawPublishPerSec) {
     out.push(
       `**bench:relay** — ${relay.messages} events of ~${relay.avgPayloadBytes} B: raw pipelined publish ${relay.rawPublishPerSec} msg/s, relay ${relay.relayDrainPerSec} ev/s (ratio ${relay.ratioRelayToRaw}); in-process commit → PubAck at ${relay.lag?.rate}/s: p50 ${relay.lag?.p50Ms} ms, p99 ${relay.lag?.p99Ms} ms, max ${relay.lag?.maxMs} ms`,
       '',

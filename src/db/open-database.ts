@@ -19,10 +19,31 @@ export function createDatabase(client: Client): Database {
 /**
  * Settings that live in the database file, not in a connection: WAL survives reopen, so pooled connections all get
  * it. Switching a new file to WAL needs a moment of exclusive lock, so processes starting together wait their turn.
+ *
+ * A file without tables yet (new, or created but never migrated) also gets `auto_vacuum = INCREMENTAL`, which
+ * SQLite accepts only before the first table exists: compaction can then hand the pages it frees back to the
+ * filesystem (ops/compaction.ts). It is set before WAL, while the file is still empty; a file whose header was
+ * already written (WAL set, no table) takes it through a VACUUM, instant on an empty database. A file with tables
+ * keeps its mode: converting it means rewriting it (`npm run cli -- db:vacuum`), never done silently at start.
  */
 export async function prepareLocalDatabase(client: Client): Promise<void> {
   if (client.protocol !== 'file') return;
-  await retryWhileBusy(busyBudgetOf(client), () => client.executeMultiple('PRAGMA journal_mode = WAL'));
+  await retryWhileBusy(busyBudgetOf(client), async () => {
+    if ((await scalar(client, 'SELECT count(*) FROM sqlite_schema')) === 0 && (await scalar(client, 'PRAGMA auto_vacuum')) !== AUTO_VACUUM_INCREMENTAL) {
+      // one call, so the VACUUM runs on the connection the PRAGMA was set on
+      await client.executeMultiple('PRAGMA auto_vacuum = INCREMENTAL');
+      if ((await scalar(client, 'PRAGMA auto_vacuum')) !== AUTO_VACUUM_INCREMENTAL) await client.executeMultiple('PRAGMA auto_vacuum = INCREMENTAL; VACUUM');
+    }
+    await client.executeMultiple('PRAGMA journal_mode = WAL');
+  });
+}
+
+/** `PRAGMA auto_vacuum` of a database whose freed pages can be returned with `PRAGMA incremental_vacuum`. */
+export const AUTO_VACUUM_INCREMENTAL = 2;
+
+/** The first column of the first row of `sql` as a number. */
+async function scalar(client: Client, sql: string): Promise<number> {
+  return Number((await client.execute(sql)).rows[0]?.[0] ?? 0);
 }
 
 /**

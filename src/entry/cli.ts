@@ -18,6 +18,8 @@ import { createInboxDeps } from '../inbox/handle-once.ts';
 import { assertSafeRetention, compactInbox, retentionSettingsFrom, UnsafeRetentionError } from '../inbox/retention.ts';
 import type { Subscriber } from '../inbox/subscriber.ts';
 import { createMetrics } from '../metrics/metrics.ts';
+import { convertToIncrementalVacuum, NotLocalDatabaseError } from '../ops/vacuum.ts';
+import { subscriberDatabaseUrl } from '../inbox/subscriber-database.ts';
 import { createLogger } from '../logger.ts';
 import { isStartUpRefusal } from '../roles/start-up-refusals.ts';
 
@@ -30,6 +32,7 @@ const USAGE = `usage: npm run cli -- <command> [options]
   inbox:dead-letters --consumer <name>           a subscriber's dead letters with their errors
   inbox:replay --consumer <name> (--id <event id> | --all)  re-apply dead letters through the inbox
   inbox:compact --consumer <name> [--older-than <INBOX_RETENTION_DAYS>] [--batch 10000] [--force]  delete older inbox rows
+  db:vacuum [--consumer <name>]                  one-time VACUUM to auto_vacuum=INCREMENTAL (the service's database, or a subscriber's)
 durations: 500ms, 30s, 15m, 2h, 7d (up to 3650d); --batch: 1 to 100000; --limit: 1 to 10000.
 A compaction shorter than the guarantee it serves is refused (exit 2) unless --force.`;
 
@@ -186,6 +189,28 @@ const commands: Record<string, Command> = {
     console.log(
       `deleted ${result.deleted} inbox row(s) of ${subscriber.name} received before ${new Date(result.cutoff).toISOString()} in ${result.batches} batch(es)`,
     );
+  },
+  'db:vacuum': async (argv) => {
+    const { values } = parseArgs(argv, { values: ['consumer'] });
+    const subscriber = values.consumer !== undefined ? subscriberNamed(values.consumer) : undefined;
+    const url = subscriber ? subscriberDatabaseUrl(config().CONSUMER_DATABASE_URL_TEMPLATE, subscriber.name) : config().DATABASE_URL;
+    if (!url.startsWith('file:')) throw new RefusedError(`db:vacuum works on a local database file only, not ${url.split(':')[0]}: URLs`);
+    const client = await openClient(url, config());
+    try {
+      const report = await convertToIncrementalVacuum(client);
+      const { before, after } = report;
+      const mb = (pages: number, size: number) => `${((pages * size) / 1048576).toFixed(1)} MB`;
+      if (!report.converted) console.log(`auto_vacuum is incremental already (${before.pageCount} pages, ${before.freelistCount} free): nothing to do`);
+      else
+        console.log(
+          `auto_vacuum ${before.autoVacuum} → ${after.autoVacuum} in ${report.ms} ms; ${before.pageCount} → ${after.pageCount} pages (${mb(before.pageCount, before.pageSize)} → ${mb(after.pageCount, after.pageSize)}), ${before.freelistCount} → ${after.freelistCount} free`,
+        );
+    } catch (error) {
+      if (error instanceof NotLocalDatabaseError) throw new RefusedError(error.message);
+      throw error;
+    } finally {
+      client.close();
+    }
   },
 };
 

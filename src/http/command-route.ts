@@ -1,5 +1,6 @@
 import { serverSpanOf } from './server-span.ts';
-import { type Logger, silentLogger, withFields } from '../logger.ts';
+import { type LogFields, type Logger, silentLogger } from '../logger.ts';
+import type { Span } from '@opentelemetry/api';
 import { traceFields } from '../telemetry/trace-context.ts';
 import type { Context, MiddlewareHandler } from 'hono';
 import type { z } from 'zod';
@@ -44,6 +45,32 @@ export const ok = (body: unknown): CommandResponse => ({ status: 200, body });
  * re-running its whole commit group one command at a time.
  */
 export const refuse = (problem: AppError): CommandProblem => ({ problem });
+
+/**
+ * `log` with the trace_id/span_id of `span` added to every line (a line's own fields win), like withFields: a
+ * class, so a request pays for one small object and reads the span's ids only if its command logs something.
+ */
+class SpanLogger implements Logger {
+  constructor(
+    private readonly log: Logger,
+    private readonly span: Span,
+  ) {}
+  private with(fields: LogFields | undefined): LogFields {
+    return { ...traceFields(this.span.spanContext()), ...fields };
+  }
+  debug(msg: string, fields?: LogFields): void {
+    this.log.debug(msg, this.with(fields));
+  }
+  info(msg: string, fields?: LogFields): void {
+    this.log.info(msg, this.with(fields));
+  }
+  warn(msg: string, fields?: LogFields): void {
+    this.log.warn(msg, this.with(fields));
+  }
+  error(msg: string, fields?: LogFields): void {
+    this.log.error(msg, this.with(fields));
+  }
+}
 
 /** A handler emitted events and then refused: thrown inside the writer so its writes roll back, answered as the refusal. */
 class RefusedAfterWrite extends Error {
@@ -93,7 +120,7 @@ export function commandRoute<S extends z.ZodType>(
     const headers = outboxHeadersFrom(c);
     const params = c.req.param() as Record<string, string>;
     const span = serverSpanOf(c);
-    const log = span ? withFields(deps.log, traceFields(span.spanContext())) : deps.log;
+    const log = span ? new SpanLogger(deps.log, span) : deps.log;
     let res: Awaited<ReturnType<typeof runIdempotent>>;
     try {
       res = await deps.writer.write((tx) => {

@@ -116,7 +116,8 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
 
   /** One write of held messages in stream order; each is answered only after that write committed. */
   const processHeld = async (taken: HeldMessage[]): Promise<void> => {
-    const msgs = taken.map((h) => ({ ...h.msg, deliveryCount: h.msg.deliveryCount + h.failures }));
+    // a copy only for a message that failed here before: what the inbox sees is its attempt
+    const msgs = taken.map((h) => (h.failures === 0 ? h.msg : { ...h.msg, deliveryCount: h.msg.deliveryCount + h.failures }));
     const results = await writes.write(msgs, stop.signal, { failed: () => summary.databaseErrors++, recovered: () => roomFreed.notify() });
     if (!results) return;
     for (let k = 0; k < taken.length; k++) {

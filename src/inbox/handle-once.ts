@@ -12,7 +12,7 @@ import { aggregateOf, decodeMessage, type InboxMessage } from './inbox-message.t
 import { createInboxMetrics, type InboxMetrics, startInboxCounters } from './inbox-metrics.ts';
 import { claimInboxRows, insertInboxRow, storeDeadLetter } from './inbox-store.ts';
 import { endMessageSpan, failSpan, runInSpan, startMessageSpan } from './message-span.ts';
-import type { Subscriber, SubscriberHandler } from './subscriber.ts';
+import type { HandlerContext, Subscriber, SubscriberHandler } from './subscriber.ts';
 
 /** A failing handler is tried this many times (counted from the message's deliveries) before the inbox dead-letters it. */
 export const DEFAULT_MAX_DELIVER = 10;
@@ -203,21 +203,44 @@ export async function handleBatch(deps: InboxDeps, msgs: InboxMessage[]): Promis
   }
   for (const r of rest) results[r.i] = { outcome: r.fresh ? 'processed' : 'duplicate', eventId: r.event.eventId };
   for (const d of doomed) results[d.i] = { outcome: 'dead-lettered', eventId: d.eventId, error: d.error, span: spans[d.i]!.spanContext() };
+  // each counter once per batch (by how many), not once per message
+  let processed = 0;
+  let duplicates = 0;
+  let ignored = 0;
+  let deadLetters = 0;
+  for (let i = 0; i < results.length; i++) {
+    const outcome = results[i]!.outcome;
+    if (outcome === 'processed') processed++;
+    else if (outcome === 'duplicate') duplicates++;
+    else if (outcome === 'ignored') ignored++;
+    else if (outcome === 'dead-lettered') deadLetters++;
+    endMessageSpan(spans[i]!, outcome);
+  }
   const labels = { consumer: deps.consumer };
-  results.forEach((r, i) => {
-    const counter = COUNTED[r.outcome];
-    if (counter) deps.metrics[counter].inc(labels);
-    endMessageSpan(spans[i]!, r.outcome);
-  });
+  if (processed > 0) deps.metrics.processed.inc(labels, processed);
+  if (duplicates > 0) deps.metrics.duplicates.inc(labels, duplicates);
+  if (ignored > 0) deps.metrics.ignored.inc(labels, ignored);
+  if (deadLetters > 0) deps.metrics.deadLetters.inc(labels, deadLetters);
   return results;
 }
 
-const COUNTED: Partial<Record<InboxOutcome, 'processed' | 'duplicates' | 'ignored' | 'deadLetters'>> = {
-  processed: 'processed',
-  duplicate: 'duplicates',
-  ignored: 'ignored',
-  'dead-lettered': 'deadLetters',
-};
+/**
+ * What a handler gets as its context: `log` names the message's span, its logger made only when the handler reads
+ * it (most handlers log nothing, and a subscriber calls its handler once per event). A class: its getter lives on
+ * the prototype instead of being defined again on each context.
+ */
+class LazyHandlerContext implements HandlerContext {
+  readonly #base: Logger;
+  readonly #span: Span;
+  #log: Logger | undefined;
+  constructor(base: Logger, span: Span) {
+    this.#base = base;
+    this.#span = span;
+  }
+  get log(): Logger {
+    return (this.#log ??= withFields(this.#base, traceFields(this.#span.spanContext())));
+  }
+}
 
 /**
  * One all-or-nothing pass: dead letters, inbox claims, then the handler for each new event in order, with its span
@@ -232,19 +255,21 @@ async function attempt(tx: Tx, deps: InboxDeps, rest: Valid[], doomed: Doomed[])
     rest.map((r) => ({ eventId: r.event.eventId, messageType: r.event.type })),
     now,
   );
-  const labels = { consumer: deps.consumer };
+  // the consumer's series, looked up once per attempt (and only once a handler runs: a labelled histogram shows no
+  // series before its first observation)
+  let duration: { observe(value: number): void } | undefined;
   for (let k = 0; k < rest.length; k++) {
     const r = rest[k]!;
     r.fresh = claimed.delete(r.event.eventId); // false: applied before, or an earlier copy in this batch
     if (!r.fresh) continue;
     const started = performance.now();
     try {
-      await runInSpan(r.span, () => deps.handle(tx, r.event, { log: withFields(deps.log, traceFields(r.span.spanContext())) }));
+      await runInSpan(r.span, () => deps.handle(tx, r.event, new LazyHandlerContext(deps.log, r.span)));
     } catch (error) {
       if (isInfrastructureError(error)) throw error; // the database failed, not the handler: nobody is charged
       throw new HandlerFailed(k, error);
     } finally {
-      deps.metrics.handlerDuration.observe((performance.now() - started) / 1000, labels);
+      (duration ??= deps.metrics.handlerDuration.series({ consumer: deps.consumer })).observe((performance.now() - started) / 1000);
     }
   }
 }

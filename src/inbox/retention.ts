@@ -11,8 +11,9 @@ export type CompactInboxResult = CompactResult & { cutoff: number };
 /**
  * Deletes inbox rows received before `now - olderThanMs`, at most `batch` per write transaction (portable
  * `DELETE … WHERE rowid IN (SELECT rowid … LIMIT ?)`), so writers are never blocked for long. Each batch commits on
- * its own; stopping half-way (or on `signal`) leaves a consistent, partly compacted inbox. It does not check the
- * retention floor: callers do (assertSafeRetention).
+ * its own; stopping half-way (or on `signal`) leaves a consistent, partly compacted inbox. Then, on a database with
+ * `auto_vacuum = INCREMENTAL`, the freed pages go back to the filesystem in bounded steps (deleteInBatches, whose
+ * vacuum step every compaction shares). It does not check the retention floor: callers do (assertSafeRetention).
  */
 export async function compactInbox(
   deps: { writer: Writer; clock: () => Date },

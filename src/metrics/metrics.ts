@@ -3,10 +3,21 @@
 
 export type Labels = Record<string, string>;
 
-export type Counter = { inc(labels?: Labels, by?: number): void; get(labels?: Labels): number };
+export type Counter = {
+  inc(labels?: Labels, by?: number): void;
+  get(labels?: Labels): number;
+  /** The series of `labels`, its key worked out once: for a caller that counts the same labels on a hot path. */
+  series(labels?: Labels): { inc(by?: number): void };
+};
 /** A histogram's state: cumulative count per upper bound `le` (ascending; +Inf is `count`), total count and sum. */
 export type HistogramSnapshot = { buckets: Array<{ le: number; count: number }>; count: number; sum: number };
-export type Histogram = { observe(value: number, labels?: Labels): void; count(labels?: Labels): number; snapshot(labels?: Labels): HistogramSnapshot };
+export type Histogram = {
+  observe(value: number, labels?: Labels): void;
+  count(labels?: Labels): number;
+  snapshot(labels?: Labels): HistogramSnapshot;
+  /** The series of `labels`, created now (it shows from the next scrape on), its key worked out once: for a hot path. */
+  series(labels?: Labels): { observe(value: number): void };
+};
 export type Gauge = { set(value: number, labels?: Labels): void; get(labels?: Labels): number | undefined; delete(labels?: Labels): void };
 
 export type Metrics = {
@@ -72,12 +83,14 @@ export function createMetrics(): Metrics {
           for (const [k, v] of values) lines.push(`${series(name, k)} ${formatNumber(v)}`);
           return lines.join('\n');
         });
+        const add = (k: string, by: number) => void values.set(k, (values.get(k) ?? 0) + by);
         return {
-          inc: (labels, by = 1) => {
-            const k = labelKey(labels);
-            values.set(k, (values.get(k) ?? 0) + by);
-          },
+          inc: (labels, by = 1) => add(labelKey(labels), by),
           get: (labels) => values.get(labelKey(labels)) ?? 0,
+          series(labels) {
+            const k = labelKey(labels);
+            return { inc: (by = 1) => add(k, by) };
+          },
         } satisfies Counter;
       }),
     histogram: (name, help, buckets, options) =>
@@ -103,12 +116,16 @@ export function createMetrics(): Metrics {
           }
           return lines.join('\n');
         });
+        const record = (s: HistogramSeries, value: number) => {
+          s.total++;
+          s.sum += value;
+          for (let i = 0; i < sorted.length; i++) if (value <= sorted[i]!) s.counts[i]!++;
+        };
         return {
-          observe(value, labels) {
+          observe: (value, labels) => record(seriesOf(labels), value),
+          series(labels) {
             const s = seriesOf(labels);
-            s.total++;
-            s.sum += value;
-            for (let i = 0; i < sorted.length; i++) if (value <= sorted[i]!) s.counts[i]!++;
+            return { observe: (value) => record(s, value) };
           },
           count: (labels) => all.get(labelKey(labels))?.total ?? 0,
           snapshot(labels) {

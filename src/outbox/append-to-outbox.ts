@@ -28,36 +28,43 @@ export async function appendToOutbox(tx: Tx, events: IntegrationEvent[], ctx: { 
   if (events.length === 0) return;
   const nowMs = ctx.now.getTime();
   const headers = JSON.stringify(ctx.headers ?? {});
+  const headersStorable = !ctx.headers || storableJson(headers);
   const args: Array<string | number> = [];
   for (const raw of events) {
     const event = ctx.registry.parse(raw);
     const hash = aggregateHash(event.aggregateType, event.aggregateId);
-    assertStorable(event.type, event, 'event');
-    if (ctx.headers) assertStorable(event.type, ctx.headers, 'headers');
-    args.push(
-      event.eventId,
-      event.aggregateType,
-      event.aggregateId,
-      event.type,
-      JSON.stringify(event),
-      headers,
-      Date.parse(event.occurredAt),
-      nowMs,
-      hash,
-      hash,
-    );
+    const payload = JSON.stringify(event);
+    // the JSON text says whether a walk is needed; the walk names where the text is
+    if (!storableJson(payload)) assertStorable(event.type, event, 'event');
+    if (!headersStorable) assertStorable(event.type, ctx.headers, 'headers');
+    args.push(event.eventId, event.aggregateType, event.aggregateId, event.type, payload, headers, Date.parse(event.occurredAt), nowMs, hash, hash);
   }
-  await sqlOf(tx).execute({
-    // the partition is taken from the count in the same transaction, so a row never lands outside the partitions
-    sql: `INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, headers, status, attempts, occurred_at, available_at, aggregate_hash, partition) VALUES ${events
-      .map(() => "(?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ? % (SELECT count FROM outbox_partitions WHERE id = 1))")
-      .join(', ')}`,
-    args,
-  });
+  await sqlOf(tx).execute({ sql: insertSql(events.length), args });
 }
+
+// the partition is taken from the count in the same transaction, so a row never lands outside the partitions
+const ROW = "(?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ? % (SELECT count FROM outbox_partitions WHERE id = 1))";
+// one text per row count, built once (most commands append one or two events)
+const INSERT_SQL: string[] = [];
+const insertSql = (n: number): string =>
+  (INSERT_SQL[n] ??=
+    `INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, headers, status, attempts, occurred_at, available_at, aggregate_hash, partition) VALUES ${Array.from({ length: n }, () => ROW).join(', ')}`);
 
 /** NUL cuts text short when libSQL reads it back; an unpaired surrogate comes back as U+FFFD. */
 const UNSTORABLE = /[\0\p{Cs}]/u;
+
+/**
+ * JSON.stringify writes a NUL as `\u0000` and an unpaired surrogate as `\udXXX` (d800–dfff), the only escapes of
+ * that form it writes, and a backslash of the text as `\\`: such an escape preceded by an even number of
+ * backslashes (the escape's own backslash then being odd) is one of the characters UNSTORABLE finds in strings.
+ */
+const UNSTORABLE_JSON = /(?<!\\)(?:\\\\)*\\u(?:0000|d[89a-f][0-9a-f]{2})/;
+
+/** True when JSON text `json` (from JSON.stringify) has no string or key holding a NUL or an unpaired surrogate. */
+export function storableJson(json: string): boolean {
+  // most texts have no `\u` escape at all: a plain search answers them
+  return !json.includes('\\u') || !UNSTORABLE_JSON.test(json);
+}
 
 /**
  * Throws UnstorableTextError for the first string (key or value) under `value` that would not read back as it is:

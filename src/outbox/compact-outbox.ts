@@ -14,7 +14,9 @@ const DELETE_WINDOW_SQL = `DELETE FROM outbox WHERE status = 'sent' AND seq > ? 
  * sent rows in seq order, a window of `batch` per write transaction through `writer`, and stops after the first
  * window whose last row is younger than the cutoff: rows are sent in about seq order, so the old ones end there
  * and the retained rows are never read. A late-sent row is skipped while young and goes once the boundary passes it.
- * Every statement runs through `writer` (`db` is accepted, unused, so a caller may pass its deps whole).
+ * Every statement runs through `writer` (`db` is accepted, unused, so a caller may pass its deps whole). On a
+ * database with `auto_vacuum = INCREMENTAL`, the freed pages then go back to the filesystem in bounded steps
+ * (deleteInBatches), and the result's `pagesFreed` says how many.
  */
 export async function compactOutbox(
   deps: { writer: Writer; db?: Database },

@@ -1,5 +1,6 @@
 import type { MsgHdrs } from '@nats-io/nats-core';
-import type { JetStreamClient, PubAck } from '@nats-io/jetstream';
+import type { PubAck } from '@nats-io/jetstream';
+import type { AckCallback, AckPublisher } from '../nats/ack-publisher.ts';
 import type { Span, Tracer } from '@opentelemetry/api';
 import type { Database } from '../db/open-database.ts';
 import type { Writer } from '../db/writer.ts';
@@ -9,12 +10,12 @@ import { eventSubject } from '../nats/stream-settings.ts';
 import { traceFields, traceHeadersOf } from '../telemetry/trace-context.ts';
 import { backoffDelay } from '../worker/backoff.ts';
 import { eventHeaders } from './event-headers.ts';
+import { headerFieldsOf } from './row-message.ts';
 import type { OutboxMetrics, PublishErrorReason } from './outbox-metrics.ts';
-import { createInFlight } from './in-flight.ts';
 import { isBrokerUnavailable } from './publish-errors.ts';
 import { givePartitions } from './outbox-partitions.ts';
 import { endPublishSpan, failPublishSpan, startPublishSpan } from './publish-span.ts';
-import { aggregateKey, fetchPending, markSent, recordFailure, type Floor, type LeaseFence, type PendingRow } from './relay-store.ts';
+import { aggregateKey, fetchPending, markSent, recordFailure, type Fetched, type Floor, type LeaseFence, type PendingRow } from './relay-store.ts';
 
 export type RelayPassSettings = {
   prefix: string;
@@ -68,6 +69,8 @@ export type RelayPassResult = {
    * behind an earlier row of its aggregate (or was being marked). The next pass's floor, unless the caller resets it.
    */
   scannedTo: Floor;
+  /** True when the last fetch of the pass came back full: more rows are probably waiting. */
+  more: boolean;
   /** True when a retried or re-queued row was acknowledged: rows held behind it may now be publishable. */
   ackedRetry: boolean;
   /** Settles when the pass's acknowledged rows are marked sent (at once unless `deferMark`); never unhandled. */
@@ -79,6 +82,11 @@ export type RelayPassResult = {
 };
 
 export type RelayPassOptions = {
+  /**
+   * How many more batches the pass may fetch, each once the previous one's rows are all sent (their PubAcks still
+   * coming), while batches come back full; 0 (the default) fetches once. The marks of every batch are written together.
+   */
+  continuations?: number;
   /** Rows to leave out: acknowledged by an earlier pass whose mark-sent write is still running. */
   exclude?: readonly number[];
   /** Read only rows above this seq, unless a retry is due (see FETCH_PENDING_SQL); 0 reads from the oldest. */
@@ -96,12 +104,14 @@ export type RelayPassOptions = {
 
 type Prepared = { data: Uint8Array; headers: MsgHdrs };
 
-const encoder = new TextEncoder();
+/** How far a fetch read the outbox: the highest seq when it came back partial, else its last row. */
+const scannedToOf = (f: Fetched, batch: number): Floor => ({ seq: f.rows.length < batch ? f.high : f.rows.at(-1)!.seq, epoch: f.epoch });
 
 /** The headers stored with a row (trace context, correlation id); undefined when they are not a JSON object. */
 function storedHeaders(text: string): Record<string, unknown> | undefined {
+  if (text === '{}' || text === '') return {};
   try {
-    const value: unknown = JSON.parse(text || '{}');
+    const value: unknown = JSON.parse(text);
     return typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : undefined;
   } catch {
     return undefined;
@@ -110,32 +120,31 @@ function storedHeaders(text: string): Record<string, unknown> | undefined {
 
 /**
  * Builds body and headers of a row, the message carrying `span`'s trace context, or throws the permanent error
- * that keeps it from being published. Stored headers that are no JSON object, or hold no valid correlation id, only
- * lose those headers: the trace starts anew at the publish span.
+ * that keeps it from being published. The body is the stored bytes as they are. Stored headers that are no JSON
+ * object, or hold no valid correlation id, only lose those headers: the trace starts anew at the publish span.
  */
 function prepare(row: PendingRow, stored: Record<string, unknown> | undefined, span: Span, registry: EventRegistry, s: RelayPassSettings): Prepared {
-  const event = registry.parse(JSON.parse(row.payload));
-  if (event.type !== row.message_type || event.aggregateType !== row.aggregate_type || event.aggregateId !== row.aggregate_id || event.eventId !== row.id) {
-    throw new Error('outbox row columns do not match its payload');
-  }
-  const data = encoder.encode(row.payload);
+  const fields = headerFieldsOf(row, registry);
+  const data = row.payload;
   // 512 bytes hold the fixed headers, traceparent and a correlation id; a caller's tracestate comes on top
   const headerBytes = 512 + row.id.length;
   if (data.length + headerBytes > s.maxMsgSize) {
     throw new Error(`message of ${data.length} bytes exceeds the stream's maximum message size (${s.maxMsgSize} bytes)`);
   }
   const { traceparent, tracestate } = traceHeadersOf(span.spanContext());
-  const headers = eventHeaders(event, { traceparent, correlationId: stored?.correlationId });
+  const headers = eventHeaders(fields, { traceparent, correlationId: stored?.correlationId, msgId: row.id });
   // trace metadata is optional: a tracestate that would make the message too large is left out, never a reason to park
-  if (tracestate !== undefined && data.length + encodedSize(headers, row.id) + `tracestate: ${tracestate}\r\n`.length <= s.maxMsgSize) {
+  if (tracestate !== undefined && data.length + encodedSize(headers) + `tracestate: ${tracestate}\r\n`.length <= s.maxMsgSize) {
     headers.set('tracestate', tracestate);
   }
   return { data, headers };
 }
 
-/** The bytes `headers` take on the wire, with the Nats-Msg-Id header the publish adds (`NATS/1.0`, `k: v` lines). */
-function encodedSize(headers: MsgHdrs, msgId: string): number {
-  let bytes = 'NATS/1.0\r\n\r\n'.length + `Nats-Msg-Id: ${msgId}\r\n`.length;
+const encoder = new TextEncoder();
+
+/** The bytes `headers` take on the wire (`NATS/1.0`, `k: v` lines). */
+function encodedSize(headers: MsgHdrs): number {
+  let bytes = 'NATS/1.0\r\n\r\n'.length;
   for (const [key, values] of headers) for (const v of values) bytes += key.length + 4 + encoder.encode(v).length;
   return bytes;
 }
@@ -152,15 +161,16 @@ type Failure = { row: PendingRow; error: unknown; message: string; reason: Publi
  * Each row tried gets a PRODUCER span (child of the trace stored with it), ended at its PubAck or failure; the
  * message carries that span's `traceparent`/`tracestate`, and the row's log lines its trace_id/span_id.
  */
-export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, options: RelayPassOptions = {}): Promise<RelayPassResult> {
+export async function relayPass(deps: RelayPassDeps, publisher: AckPublisher, options: RelayPassOptions = {}): Promise<RelayPassResult> {
   const s = deps.settings;
   const nowMs = deps.clock().getTime();
   const fence = options.lease;
   // rows stored without a partition (by a release before partitions) get theirs first; they may sit below the floor
   const partitioned = await givePartitions(deps.db, deps.writer);
   const floor = partitioned > 0 ? undefined : options.floor;
-  const { rows, high, epoch } = await fetchPending(deps.db, nowMs, s.batch, options.exclude, floor, fence ? [...fence.epochs.keys()] : undefined);
-  const scannedTo: Floor = { seq: rows.length < s.batch ? high : rows.at(-1)!.seq, epoch };
+  const partitions = fence ? [...fence.epochs.keys()] : undefined;
+  const first = await fetchPending(deps.db, nowMs, s.batch, options.exclude, floor, partitions);
+  let rows = first.rows;
   const result: RelayPassResult = {
     fetched: rows.length,
     published: 0,
@@ -168,28 +178,32 @@ export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, option
     failed: 0,
     parked: 0,
     ackedSeqs: [],
-    scannedTo,
+    scannedTo: scannedToOf(first, s.batch),
+    more: rows.length >= s.batch,
     ackedRetry: false,
     marked: Promise.resolve(),
     fenced: 0,
     unleased: 0,
   };
   if (rows.length === 0) return result;
-  if (deps.faults?.markBeforePublish)
-    await deps.writer.write((tx) =>
-      markSent(
-        tx,
-        rows.map((r) => r.seq),
-        nowMs,
-        fence,
-      ),
-    );
-  await deps.faults?.beforePublishing?.(rows);
+  /** What every fetched batch goes through before its rows are published (the faults of the tests). */
+  const fetched = async (batch: PendingRow[]) => {
+    if (deps.faults?.markBeforePublish)
+      await deps.writer.write((tx) =>
+        markSent(
+          tx,
+          batch.map((r) => r.seq),
+          nowMs,
+          fence,
+        ),
+      );
+    await deps.faults?.beforePublishing?.(batch);
+  };
+  await fetched(rows);
 
   const acked: Array<{ row: PendingRow; ack: PubAck; at: number }> = [];
   const failures: Failure[] = [];
   const blocked = new Set<string>();
-  const inFlight = createInFlight(s.maxInFlight);
   let brokerError: unknown;
 
   const fail = (row: PendingRow, key: string, span: Span, error: unknown, reason: PublishErrorReason) => {
@@ -209,56 +223,90 @@ export async function relayPass(deps: RelayPassDeps, js: JetStreamClient, option
 
   // At most one message per aggregate awaits its PubAck: a later event of an aggregate is sent only after the
   // earlier one is acknowledged, so a rejection can never let it overtake. Rows are still sent in seq order.
-  const pendingByAggregate = new Map<string, Promise<void>>();
+  // The loop is the only waiter: for a free slot (`wake`), or for the one aggregate it needs (`awaiting`). Two
+  // callbacks per publish and no promise of its own: per-row promise chains were a sizeable share of the relay's CPU.
+  const unacked = new Set<string>();
+  let live = 0;
+  let wake: (() => void) | undefined;
+  let awaiting: { key: string; resolve: () => void } | undefined;
+  const settled = (key: string) => {
+    live--;
+    unacked.delete(key);
+    if (awaiting?.key === key) {
+      const { resolve } = awaiting;
+      awaiting = undefined;
+      resolve();
+    }
+    if (wake) {
+      const resolve = wake;
+      wake = undefined;
+      resolve();
+    }
+  };
+  const freeSlot = () => new Promise<void>((resolve) => (wake = resolve));
 
-  for (const row of rows) {
-    // Without an await while a slot is free, the publishes of one turn leave in one socket write.
-    if (inFlight.full()) await inFlight.slot();
-    const key = aggregateKey(row.aggregate_type, row.aggregate_id);
-    const previous = pendingByAggregate.get(key);
-    if (previous) await previous;
-    if (brokerError !== undefined) break;
-    if (blocked.has(key)) continue;
-    if (options.isLeased && !options.isLeased(row.partition)) {
-      // the later rows of its aggregate are in the same partition: they are skipped too
-      blocked.add(key);
-      result.unleased++;
-      continue;
-    }
-    const subject = eventSubject(s.prefix, row.aggregate_type, row.aggregate_id, row.partition);
-    const stored = storedHeaders(row.headers);
-    const span = startPublishSpan(deps.tracer, subject, row, stored);
-    let prepared: Prepared;
-    try {
-      prepared = prepare(row, stored, span, deps.registry, s);
-    } catch (error) {
-      fail(row, key, span, error, 'invalid_event');
-      continue;
-    }
-    const injected = deps.faults?.beforePublish?.(row);
-    const publish = injected
-      ? Promise.reject(injected)
-      : js.publish(subject, prepared.data, { msgID: row.id, headers: prepared.headers, timeout: s.publishTimeoutMs });
-    const p: Promise<void> = publish
-      .then(
-        (ack) => {
-          acked.push({ row, ack, at: deps.clock().getTime() });
-          endPublishSpan(span, ack.duplicate);
-        },
-        (error) => {
-          if (isBrokerUnavailable(error)) {
+  // Continuation fetches: with the last rows of a full batch sent, the next batch is read while their PubAcks are
+  // on the way, instead of after all of them came back, so the broker always has a window of messages to store.
+  // Rows fetched earlier in the pass (still in flight, or not yet marked) are left out of the next fetch; the
+  // pass's in-flight aggregates, blocked aggregates and failures carry over, so order holds across its batches.
+  const seen: number[] = [...(options.exclude ?? [])];
+  for (let batches = 1; ; batches++) {
+    for (const row of rows) {
+      // Without an await while a slot is free, the publishes of one turn leave in one socket write.
+      while (live >= s.maxInFlight) await freeSlot();
+      const key = aggregateKey(row.aggregate_type, row.aggregate_id);
+      if (unacked.has(key)) await new Promise<void>((resolve) => (awaiting = { key, resolve }));
+      if (brokerError !== undefined) break;
+      if (blocked.has(key)) continue;
+      if (options.isLeased && !options.isLeased(row.partition)) {
+        // the later rows of its aggregate are in the same partition: they are skipped too
+        blocked.add(key);
+        result.unleased++;
+        continue;
+      }
+      const subject = eventSubject(s.prefix, row.aggregate_type, row.aggregate_id, row.partition);
+      const stored = storedHeaders(row.headers);
+      const span = startPublishSpan(deps.tracer, subject, row, stored);
+      let prepared: Prepared;
+      try {
+        prepared = prepare(row, stored, span, deps.registry, s);
+      } catch (error) {
+        fail(row, key, span, error, 'invalid_event');
+        continue;
+      }
+      live++;
+      unacked.add(key);
+      const done: AckCallback = (error, ack) => {
+        try {
+          if (ack) {
+            acked.push({ row, ack, at: deps.clock().getTime() });
+            endPublishSpan(span, ack.duplicate);
+          } else if (isBrokerUnavailable(error)) {
             brokerError ??= error;
             failPublishSpan(span, error);
           } else fail(row, key, span, error, 'publish_failed');
-        },
-      )
-      .finally(() => {
-        if (pendingByAggregate.get(key) === p) pendingByAggregate.delete(key);
-      });
-    inFlight.track(p);
-    pendingByAggregate.set(key, p);
+        } finally {
+          settled(key);
+        }
+      };
+      const injected = deps.faults?.beforePublish?.(row);
+      if (injected) queueMicrotask(() => done(injected));
+      else publisher.publish(subject, prepared.data, prepared.headers, done);
+    }
+    // a failure ends the pass early: it is recorded (and its retry scheduled) before anything else is read
+    if (!result.more || brokerError !== undefined || failures.length > 0 || batches > (options.continuations ?? 0)) break;
+    for (const r of rows) seen.push(r.seq);
+    const next = await fetchPending(deps.db, deps.clock().getTime(), s.batch, seen, result.scannedTo, partitions);
+    // PubAcks and rejections that came in meanwhile: a failure or an outage leaves the batch unread after all
+    if (failures.length > 0 || brokerError !== undefined) break;
+    rows = next.rows;
+    result.fetched += rows.length;
+    result.scannedTo = scannedToOf(next, s.batch);
+    result.more = rows.length >= s.batch;
+    if (rows.length === 0) break;
+    await fetched(rows);
   }
-  await inFlight.drained();
+  while (live > 0) await freeSlot();
 
   if (acked.length > 0) await deps.faults?.afterPubAcks?.(acked.map((a) => a.row));
 

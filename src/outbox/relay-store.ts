@@ -6,7 +6,8 @@ export type PendingRow = {
   aggregate_type: string;
   aggregate_id: string;
   message_type: string;
-  payload: string;
+  /** The stored JSON as UTF-8 bytes, read as a blob: published as it is, never decoded and encoded again. */
+  payload: Uint8Array;
   headers: string;
   attempts: number;
   occurred_at: number;
@@ -43,7 +44,7 @@ export const RELAY_LEASE_SCOPE = 'relay';
  * partition first (see givePartitions).
  * The scan walks idx_outbox_status_seq; the hold check probes the partial index idx_outbox_retrying.
  */
-export const FETCH_PENDING_SQL = `SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.message_type, o.payload, o.headers, o.attempts, o.occurred_at, o.partition
+export const FETCH_PENDING_SQL = `SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.message_type, CAST(o.payload AS BLOB) AS payload, o.headers, o.attempts, o.occurred_at, o.partition
 FROM outbox o
 WHERE o.status = 'pending' AND o.partition IN (SELECT value FROM json_each(?6)) AND (o.attempts = 0 OR o.available_at <= ?1)
   AND o.aggregate_hash IS NOT NULL
@@ -102,7 +103,9 @@ export async function fetchPending(
     'read',
   );
   const row = state!.rows[0]!;
-  return { rows: fetched!.rows as unknown as PendingRow[], high: Number(row.high), epoch: row.epoch === null ? null : Number(row.epoch) };
+  const rows = fetched!.rows as unknown as Array<Omit<PendingRow, 'payload'> & { payload: ArrayBuffer | Uint8Array }>;
+  for (const r of rows) if (!(r.payload instanceof Uint8Array)) r.payload = new Uint8Array(r.payload);
+  return { rows: rows as PendingRow[], high: Number(row.high), epoch: row.epoch === null ? null : Number(row.epoch) };
 }
 
 export const aggregateKey = (type: string, id: string) => `${type}\u0000${id}`;

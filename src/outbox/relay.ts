@@ -1,4 +1,5 @@
-import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { createAckPublisher, type AckPublisher } from '../nats/ack-publisher.ts';
 import type { NatsConnection, Subscription } from '@nats-io/nats-core';
 import type { ConnectNats } from '../nats/connect.ts';
 import { ensureStream, UnsafeStreamConfigError } from '../nats/ensure-stream.ts';
@@ -12,6 +13,9 @@ import { createLeaseKeeper, type LeaseKeeper, type LeaseSnapshot } from '../leas
 import { applyPartitionCount, PartitionCountChangeError, readPartitionCount } from './outbox-partitions.ts';
 import { RELAY_LEASE_SCOPE, type Floor } from './relay-store.ts';
 import { relayPass, type RelayPassDeps } from './relay-pass.ts';
+
+/** Batches a pass may fetch after its first while draining a backlog (see RelayPassOptions.continuations). */
+const CONTINUATIONS = 3;
 
 /** No floor: the next pass reads from the oldest pending row. */
 const NO_FLOOR: Floor = { seq: 0, epoch: null };
@@ -87,6 +91,10 @@ export function createRelay(deps: RelayDeps): Relay {
       const databaseOutage = createOutageBackoff(backoff);
       let nc: NatsConnection | undefined;
       let kicks: Subscription | undefined;
+      /** Aborted when the connection reconnects while the relay backs off from a broker error. */
+      let reconnected: AbortController | undefined;
+      /** Publishes on `nc`, one inbox subscription for every PubAck; made anew with each connection. */
+      let publisher: AckPublisher | undefined;
       /** False until the stream is known to exist on this connection; set again after a broker error. */
       let streamReady = false;
       /** The previous pass's mark-sent write, still running, and the rows it marks (left out of the next fetch). */
@@ -123,7 +131,12 @@ export function createRelay(deps: RelayDeps): Relay {
       const onBrokerTrouble = async (error: unknown) => {
         summary.brokerErrors++;
         setBroker('unavailable', error);
-        await brokerOutage.backOff(stop.signal);
+        // the connection coming back ends the wait: a broker restarted after a long outage is used at once, not after
+        // the rest of a back-off that has grown to RELAY_MAX_BACKOFF_MS
+        const back = new AbortController();
+        reconnected = back;
+        await brokerOutage.backOff(AbortSignal.any([stop.signal, back.signal]));
+        reconnected = undefined;
       };
 
       try {
@@ -132,6 +145,10 @@ export function createRelay(deps: RelayDeps): Relay {
             if (!nc || nc.isClosed()) {
               streamReady = false;
               nc = await deps.connect();
+              publisher = createAckPublisher(nc, deps.settings.publishTimeoutMs);
+              void (async (statuses: AsyncIterable<{ type: string }>) => {
+                for await (const status of statuses) if (status.type === 'reconnect') reconnected?.abort();
+              })(nc.status());
               kicks = nc.subscribe(kickSubject(deps.stream.name), { callback: () => deps.wake.notify() });
             }
             // Also after a broker error: an operator may have deleted the stream, or a broker lost its store.
@@ -209,8 +226,9 @@ export function createRelay(deps: RelayDeps): Relay {
           // pass, or one with failures or a broker error, is marked before anything else is read.
           let pass: Awaited<ReturnType<typeof relayPass>>;
           try {
-            pass = await relayPass(deps, jetstream(nc, { timeout: deps.settings.publishTimeoutMs }), {
+            pass = await relayPass(deps, publisher!, {
               ...(marking ? { exclude: marking.seqs } : {}),
+              continuations: CONTINUATIONS,
               floor,
               deferMark: true,
               lease: { owner: deps.lease.owner, epochs: active },
@@ -229,7 +247,7 @@ export function createRelay(deps: RelayDeps): Relay {
           const previous = marking;
           marking = undefined;
           const previousMarked = await settle(previous?.done);
-          const full = pass.fetched >= deps.settings.batch;
+          const full = pass.more;
           // Rows at or below the floor were held when read; only a retry that comes due (the fetch itself notices),
           // a retried row acknowledged here, rows left unpublished by a broker error or because their lease ran out
           // mid-pass, or marks that did not commit or were fenced (their partition moved while they were written) can
@@ -276,6 +294,7 @@ export function createRelay(deps: RelayDeps): Relay {
         keeper = undefined;
         stop.dispose();
         kicks?.unsubscribe();
+        publisher?.close();
         await nc?.close().catch(() => undefined);
         // the connection is closed: this relay no longer reaches the broker (its state() keeps the last one seen)
         gauges.brokerUp.set(0);

@@ -1,8 +1,6 @@
-import { createClient, type Client } from '@libsql/client';
 import { existsSync } from 'node:fs';
-import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
-import { createTempDir } from '../support/db.ts';
+import { describe, expect, it } from 'vitest';
+import { useCliWorkspaces } from '../support/cli-workspace.ts';
 import { runtimeCommand, runToExit } from '../support/process.ts';
 
 /** Runs `check` on every item, at most `n` at a time (each command line is its own process; they do not share state). */
@@ -15,34 +13,7 @@ async function eachWithin<T>(items: readonly T[], n: number, check: (item: T) =>
   );
 }
 
-const cleanups: Array<() => unknown> = [];
-afterEach(() => {
-  while (cleanups.length) cleanups.pop()!();
-});
-
-function workspace() {
-  const tmp = createTempDir();
-  const env = {
-    DATABASE_URL: `file:${join(tmp.dir, 'app.db')}`,
-    CONSUMER_DATABASE_URL_TEMPLATE: `file:${join(tmp.dir, '{name}.db')}`,
-    LOG_LEVEL: 'error',
-  };
-  const clients: Client[] = [];
-  const open = (url: string) => {
-    const c = createClient({ url });
-    clients.push(c);
-    return c;
-  };
-  cleanups.push(() => {
-    clients.forEach((c) => c.close());
-    tmp[Symbol.dispose]();
-  });
-  const cli = (args: string[], extra: Record<string, string> = {}) => {
-    const { cmd, args: base } = runtimeCommand('node', 'src/entry/cli.ts');
-    return runToExit(cmd, [...base, ...args], { ...env, ...extra });
-  };
-  return { env, cli, open };
-}
+const workspace = useCliWorkspaces();
 
 const parked = (id: string, aggregateId: string) =>
   `('${id}', 'order', '${aggregateId}.{partition}', 'order.gone.v1', '{}', 'failed', 5, 'type order.gone.v1 is not registered', 0, 0)`;

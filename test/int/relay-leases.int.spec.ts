@@ -1,4 +1,4 @@
-import { jetstream } from '@nats-io/jetstream';
+import { createAckPublisher } from '../../src/nats/ack-publisher.ts';
 import { createClient } from '@libsql/client';
 import { describe, expect, it } from 'vitest';
 import { createDatabase, sqlOf } from '../../src/db/open-database.ts';
@@ -230,7 +230,7 @@ describe('relay - a pass whose lease runs out', () => {
           },
         },
       }),
-      jetstream(nats().nc),
+      createAckPublisher(nats().nc, 5000),
       // the lease of partitions 0–7 runs out after the tenth publish
       { lease: { owner: 'a', epochs: own.owned }, isLeased: (p) => published < 10 || !lost.has(p) },
     );

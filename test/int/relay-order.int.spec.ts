@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { jetstream } from '@nats-io/jetstream';
+import { createAckPublisher } from '../../src/nats/ack-publisher.ts';
 import { requeueFailed } from '../../src/outbox/failed-rows.ts';
 import { createRelay } from '../../src/outbox/relay.ts';
 import { relayPass } from '../../src/outbox/relay-pass.ts';
@@ -192,7 +192,7 @@ describe('relay - per-aggregate order under a backlog', () => {
     // release during a rollout, or a pass driven by hand) publishes the row
     rejecting = false;
     expect(await t.deps.writer.write((tx) => requeueFailed(tx, openedRow!.id))).toBe(1);
-    const y = await relayPass(relayDeps(t, nats().url, { stream, settings: { ...settings, batch: 1 } }), jetstream(nats().nc));
+    const y = await relayPass(relayDeps(t, nats().url, { stream, settings: { ...settings, batch: 1 } }), createAckPublisher(nats().nc, 5000));
     expect(y.published).toBe(1);
 
     // a new event of the aggregate wakes X: it must publish the held deposit first

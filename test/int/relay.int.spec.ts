@@ -1,5 +1,5 @@
 import { createClient } from '@libsql/client';
-import { jetstream } from '@nats-io/jetstream';
+import { createAckPublisher } from '../../src/nats/ack-publisher.ts';
 import { z } from 'zod';
 import { describe, expect, it } from 'vitest';
 import { createDatabase } from '../../src/db/open-database.ts';
@@ -111,12 +111,12 @@ describe('relay - publishing', () => {
       },
     });
     await createStream(nats().nc, stream);
-    const first = await relayPass(deps, jetstream(nats().nc));
+    const first = await relayPass(deps, createAckPublisher(nats().nc, 5000));
     expect(first).toMatchObject({ published: 2, failed: 1 }); // a#1 and b#1; a#2 failed, a#3 held back
     const afterFirst = await outboxRows(t);
     expect(afterFirst.find((r) => r.id === second.id)).toMatchObject({ status: 'pending', attempts: 1, lastError: 'rejected once by a fault' });
     // the held-back third event is not published while the second waits out its retry delay
-    const early = await relayPass(deps, jetstream(nats().nc));
+    const early = await relayPass(deps, createAckPublisher(nats().nc, 5000));
     expect(early.published).toBe(0);
 
     const rest = await createRelay(deps).run({ maxMessages: 2, timeLimitMs: 10_000 });

@@ -1,4 +1,5 @@
-import { createClient, type Client } from '@libsql/client';
+import type { Client } from '@libsql/client';
+import { createLocalClient } from '../../src/db/local-client.ts';
 import { connect } from '@nats-io/transport-node';
 import { join } from 'node:path';
 import { registryOf } from '../../src/compose/define-modules.ts';
@@ -25,7 +26,7 @@ export type SubscriberDb = { url: string; client: Client; db: Database; writer: 
 export async function createSubscriberDb(options: { subscriber?: string; migrations?: string; busyTimeoutMs?: number } = {}): Promise<SubscriberDb> {
   const tmp = createTempDir('hono-inbox-');
   const url = `file:${join(tmp.dir, 'subscriber.db')}`;
-  const client = createClient({ url, timeout: options.busyTimeoutMs ?? 5000 });
+  const client = createLocalClient({ url, timeout: options.busyTimeoutMs ?? 5000 });
   const db = await openSubscriberDatabase(client, options.migrations ?? FIXTURE_MIGRATIONS.subscriber(options.subscriber ?? 'audit'));
   const close = () => {
     client.close();

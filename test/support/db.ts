@@ -1,4 +1,5 @@
-import { createClient, type Client } from '@libsql/client';
+import type { Client } from '@libsql/client';
+import { createLocalClient } from '../../src/db/local-client.ts';
 import type { Hono } from 'hono';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -41,7 +42,7 @@ export type TestDb = {
 export async function createTestDb(options: TestDbOptions = {}): Promise<TestDb> {
   const tmp = createTempDir();
   const url = `file:${join(tmp.dir, 'app.db')}`;
-  const client = createClient({ url, timeout: 5000 });
+  const client = createLocalClient({ url, timeout: 5000 });
   await prepareLocalDatabase(client);
   await migrateDatabase(client, options.migrations ?? FIXTURE_MIGRATIONS.service);
   const { registry, ...over } = options.deps ?? {};

@@ -33,10 +33,16 @@ export async function insertOrder(tx: Tx, order: Order): Promise<void> {
     args: [order.id, order.customerId, order.currency, order.status, order.totalCents, order.version, order.placedAt.getTime()],
   });
   await run.execute({
-    sql: `INSERT INTO order_lines (order_id, line_no, sku, quantity, unit_price_cents) VALUES ${order.lines.map(() => '(?, ?, ?, ?, ?)').join(', ')}`,
+    sql: insertLinesSql(order.lines.length),
     args: order.lines.flatMap((l, i) => [order.id, i + 1, l.sku, l.quantity, l.unitPriceCents]),
   });
 }
+
+// one text per line count (at most the body's 100 lines), built once: the same string each time, which a statement cache can key on
+const INSERT_LINES_SQL: string[] = [];
+const insertLinesSql = (n: number): string =>
+  (INSERT_LINES_SQL[n] ??=
+    `INSERT INTO order_lines (order_id, line_no, sku, quantity, unit_price_cents) VALUES ${Array.from({ length: n }, () => '(?, ?, ?, ?, ?)').join(', ')}`);
 
 /** Stores a cancellation, guarded by the version it was decided on. Must be called inside the write transaction. */
 export async function saveCancellation(tx: Tx, order: Order): Promise<void> {

@@ -1,0 +1,54 @@
+import type { EventRegistry } from '../events/registry.ts';
+import type { HeaderFields } from './event-headers.ts';
+
+/** A stored row as the relay reads it: its columns, the payload as the bytes stored (UTF-8 JSON). */
+export type StoredEvent = { id: string; aggregate_type: string; aggregate_id: string; message_type: string; occurred_at: number; payload: Uint8Array };
+
+const decoder = new TextDecoder();
+/** Enough of a payload to hold its envelope up to `"data":`: four JSON strings of at most 128 characters, and the rest. */
+const HEAD_BYTES = 2048;
+/** What follows the aggregate version in the canonical form: the occurrence time (ms precision, UTC) and `"data":`. */
+const VERSION_AND_TIME = /([1-9][0-9]{0,15}),"occurredAt":"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z)","data":/y;
+const CLOSING_BRACE = 0x7d;
+/** SubjectToken's pattern, for rows whose columns were not written by appendToOutbox. */
+const SUBJECT_TOKEN = /^[^.*>\s\p{Cc}\p{Cs}]{1,128}$/u;
+
+/**
+ * The header fields of a row whose payload is in the form appendToOutbox writes (the validated event, serialized with
+ * its envelope first in a fixed order) and agrees with the row's columns; undefined when it is not in that form. This
+ * is the relay's integrity check: the event was validated when it was stored, so publishing re-reads only the envelope's
+ * prefix (no JSON.parse, no schema) — what a row written by other means (a script, a restore) must pass in full instead.
+ */
+export function canonicalFields(row: StoredEvent): HeaderFields | undefined {
+  const { payload } = row;
+  if (payload.length < 2 || payload[payload.length - 1] !== CLOSING_BRACE) return undefined;
+  const head = decoder.decode(payload.length > HEAD_BYTES ? payload.subarray(0, HEAD_BYTES) : payload);
+  const prefix = `{"eventId":${JSON.stringify(row.id)},"type":${JSON.stringify(row.message_type)},"aggregateType":${JSON.stringify(row.aggregate_type)},"aggregateId":${JSON.stringify(row.aggregate_id)},"aggregateVersion":`;
+  if (!head.startsWith(prefix)) return undefined;
+  VERSION_AND_TIME.lastIndex = prefix.length;
+  const m = VERSION_AND_TIME.exec(head);
+  if (!m) return undefined;
+  const aggregateVersion = Number(m[1]);
+  const occurredAt = m[2]!;
+  if (!Number.isSafeInteger(aggregateVersion) || !SUBJECT_TOKEN.test(row.aggregate_id)) return undefined;
+  // the column is the payload's time in ms (appendToOutbox stores both); a disagreement means the row was edited
+  if (new Date(row.occurred_at).toISOString() !== occurredAt) return undefined;
+  return { type: row.message_type, aggregateType: row.aggregate_type, aggregateId: row.aggregate_id, aggregateVersion, occurredAt };
+}
+
+/**
+ * The header fields of a row, or the permanent error that keeps it from being published: its type must be registered
+ * for its aggregate type; a payload in appendToOutbox's form is checked against the columns only (canonicalFields),
+ * any other must parse, pass the registry's schemas and agree with the columns.
+ */
+export function headerFieldsOf(row: StoredEvent, registry: EventRegistry): HeaderFields {
+  // throws UnknownEventTypeError for an unregistered type, as the full check would
+  const aggregate = registry.aggregateOf(row.message_type);
+  const fast = aggregate === row.aggregate_type ? canonicalFields(row) : undefined;
+  if (fast) return fast;
+  const event = registry.parse(JSON.parse(decoder.decode(row.payload)));
+  if (event.type !== row.message_type || event.aggregateType !== row.aggregate_type || event.aggregateId !== row.aggregate_id || event.eventId !== row.id) {
+    throw new Error('outbox row columns do not match its payload');
+  }
+  return event;
+}
