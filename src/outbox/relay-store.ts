@@ -39,6 +39,9 @@ export const RELAY_LEASE_SCOPE = 'relay';
  * process marks, so a second relay cannot leave rows stranded below this one's floor). Such a row is then read by
  * this very pass, before any later row of its aggregate.
  * `?6` is a JSON array of the partitions the relay leases: rows of others are skipped on the index, unread.
+ * `exclude` comes split at the floor: `?3` above it, `?7` at or below it. A scan that starts above the floor never
+ * reads `?7` (SQLite builds a list's lookup table only when the condition reaches it), so a relay draining a backlog
+ * does not build one of the thousands of rows it has in flight or being marked for every batch it reads.
  * A row without a partition yet (no aggregate_hash: stored by a release before partitions) is not publishable, nor is
  * any later row of its aggregate (the probe of the normally empty idx_outbox_unhashed): the next pass gives it its
  * partition first (see givePartitions).
@@ -51,7 +54,7 @@ WHERE o.status = 'pending' AND o.partition IN (SELECT value FROM json_each(?6)) 
   AND o.seq > (CASE WHEN EXISTS (
       SELECT 1 FROM outbox r INDEXED BY idx_outbox_retry_due WHERE r.attempts > 0 AND r.status = 'pending' AND r.available_at <= ?1
     ) OR (SELECT e.retries_sent FROM outbox_relay_epoch e WHERE e.id = 1) IS NOT ?5 THEN 0 ELSE ?4 END)
-  AND o.seq NOT IN (SELECT value FROM json_each(?3))
+  AND o.seq NOT IN (SELECT value FROM json_each(?3)) AND (o.seq > ?4 OR o.seq NOT IN (SELECT value FROM json_each(?7)))
   AND NOT EXISTS (
     SELECT 1 FROM outbox h
     WHERE h.attempts > 0 AND h.status != 'sent'
@@ -96,7 +99,15 @@ export async function fetchPending(
     [
       {
         sql: partitions ? FETCH_PENDING_SQL : FETCH_ALL_PARTITIONS_SQL,
-        args: [nowMs, limit, JSON.stringify(exclude), floor.seq, floor.epoch, partitions ? JSON.stringify(partitions) : null],
+        args: [
+          nowMs,
+          limit,
+          JSON.stringify(exclude.filter((seq) => seq > floor.seq)),
+          floor.seq,
+          floor.epoch,
+          partitions ? JSON.stringify(partitions) : null,
+          JSON.stringify(exclude.filter((seq) => seq <= floor.seq)),
+        ],
       },
       { sql: HIGH_SEQ_SQL, args: [] },
     ],

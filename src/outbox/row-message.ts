@@ -22,6 +22,7 @@ const SUBJECT_TOKEN = /^[^.*>\s\p{Cc}\p{Cs}]{1,128}$/u;
 export function canonicalFields(row: StoredEvent): HeaderFields | undefined {
   const { payload } = row;
   if (payload.length < 2 || payload[payload.length - 1] !== CLOSING_BRACE) return undefined;
+  // decoding a few hundred bytes costs less than encoding the expected prefix to compare bytes
   const head = decoder.decode(payload.length > HEAD_BYTES ? payload.subarray(0, HEAD_BYTES) : payload);
   const prefix = `{"eventId":${JSON.stringify(row.id)},"type":${JSON.stringify(row.message_type)},"aggregateType":${JSON.stringify(row.aggregate_type)},"aggregateId":${JSON.stringify(row.aggregate_id)},"aggregateVersion":`;
   if (!head.startsWith(prefix)) return undefined;
@@ -32,7 +33,7 @@ export function canonicalFields(row: StoredEvent): HeaderFields | undefined {
   const occurredAt = m[2]!;
   if (!Number.isSafeInteger(aggregateVersion) || !SUBJECT_TOKEN.test(row.aggregate_id)) return undefined;
   // the column is the payload's time in ms (appendToOutbox stores both); a disagreement means the row was edited
-  if (new Date(row.occurred_at).toISOString() !== occurredAt) return undefined;
+  if (Date.parse(occurredAt) !== row.occurred_at) return undefined;
   return { type: row.message_type, aggregateType: row.aggregate_type, aggregateId: row.aggregate_id, aggregateVersion, occurredAt };
 }
 
