@@ -1,4 +1,4 @@
-// npm run bench [-- --quick] [--only relay,commands,lag,cleanup,consume]   (--only keeps the others' last results)
+// npm run bench [-- --quick] [--only relay,commands,lag,cleanup,consume,outage,memory]   (--only keeps the others' last results)
 // Runs every bench:* script of package.json one after the other (relay, commands, lag, cleanup, then consume and any
 // other bench:* present), each bounded by a time limit, collects the JSON each one saved ("results: <file>" on
 // its stdout), writes bench/results/<timestamp>.json (git-ignored) and bench/latest.json (the committed summary),
@@ -15,9 +15,13 @@ import { renderMarkdown } from './variants/markdown.ts';
 
 const QUICK = process.argv.includes('--quick');
 const ONLY = stringArg('only', '');
-const ORDER = ['relay', 'commands', 'lag', 'cleanup', 'consume'];
+const ORDER = ['relay', 'commands', 'lag', 'cleanup', 'consume', 'outage', 'memory'];
+/** Tools for a closer look (a profile, a micro-benchmark), not part of the suite's summary. */
+const DIAGNOSTICS = ['budget', 'statement-cache'];
 const QUICK_ARGS: Record<string, string[]> = {
-  relay: ['--messages', '5000', '--seconds', '5'],
+  relay: ['--rows', '5000', '--sizes', '0'],
+  outage: ['--quick'],
+  memory: ['--quick'],
   commands: ['--seconds', '3', '--warmup', '1'],
   lag: ['--seconds', '5', '--warmup', '1'],
   cleanup: ['--idle-seconds', '5', '--warmup', '1'],
@@ -65,7 +69,8 @@ async function main() {
   const scripts = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts;
   const present = Object.keys(scripts)
     .filter((s) => s.startsWith('bench:'))
-    .map((s) => s.slice('bench:'.length));
+    .map((s) => s.slice('bench:'.length))
+    .filter((n) => !DIAGNOSTICS.includes(n));
   const names = [...ORDER.filter((n) => present.includes(n)), ...present.filter((n) => !ORDER.includes(n)).sort()].filter(
     (n) => !ONLY || ONLY.split(',').includes(n),
   );
