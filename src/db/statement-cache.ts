@@ -37,6 +37,7 @@ type Cached = {
 
 // DDL is run once (migrations) and changes what cached statements return: it is neither cached nor left unnoticed.
 const DDL = /^\s*(?:CREATE|DROP|ALTER)\b/i;
+const DDL_ANYWHERE = /\b(?:CREATE|DROP|ALTER)\b/i;
 
 /**
  * A connection that prepares each distinct SQL text once. A statement that failed with SQLITE_BUSY or SQLITE_LOCKED
@@ -106,7 +107,8 @@ export class LocalConnection {
 
   /** Runs `sql` (any number of statements) through the binding's exec, which finalizes them: nothing stays prepared. */
   executeMultiple(sql: string): void {
-    this.#schema.value++;
+    // only DDL changes what cached statements return (the writer's lock probe runs through here before every group)
+    if (DDL_ANYWHERE.test(sql)) this.#schema.value++;
     this.control(sql);
   }
 
