@@ -19,14 +19,13 @@
 import { createClient, type Client } from '@libsql/client';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
-import { join } from 'node:path';
 import { createTempDir } from '../test/support/db.ts';
 import { orderBody } from '../test/support/example-orders.ts';
 import type { Runtime } from '../test/support/process.ts';
 import { startChild, startServer, stringArg, subscriberCommand, type Child } from './variants/launch.ts';
 import { describeMachine } from './variants/machine.ts';
 import { runPacedLoad, summarize } from './variants/paced-load.ts';
-import { durableReady, numberArg, percentile, round, saveResult, startNats, waitFor } from './support.ts';
+import { durableReady, numberArg, percentile, round, saveResult, serviceEnv, startNats, waitFor } from './support.ts';
 
 const RATES = stringArg('rates', String(numberArg('rate', 1000)))
   .split(',')
@@ -120,13 +119,7 @@ async function main(RATE: number) {
   const nats = await startNats();
   const tmp = createTempDir('hono-outbox-lag-');
   const children: Child[] = [];
-  const env = {
-    DATABASE_URL: `file:${join(tmp.dir, 'app.db')}`,
-    CONSUMER_DATABASE_URL_TEMPLATE: `file:${join(tmp.dir, '{name}.db')}`,
-    CONSUMERS: SUBSCRIBER,
-    NATS_URL: nats.url,
-    LOG_LEVEL: 'warn',
-  };
+  const env = serviceEnv(nats.url, tmp.dir, SUBSCRIBER);
   let subscriberHow = 'inline: ROLES=api,relay,consumers';
   try {
     const service = await startServer('service', RUNTIME, `src/entry/${RUNTIME}.ts`, {

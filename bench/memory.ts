@@ -15,14 +15,13 @@
 // benchmark works, its figures say little. Bounded: the load stops on time, the drain wait after 60 s. No assertion.
 import { createClient, type Client } from '@libsql/client';
 import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { createTempDir } from '../test/support/db.ts';
 import { orderBody } from '../test/support/example-orders.ts';
 import { freePort, runtimeCommand, waitForHttp } from '../test/support/process.ts';
 import { startChild, startServer, subscriberCommand, type Child } from './variants/launch.ts';
 import { describeMachine } from './variants/machine.ts';
 import { runPacedLoad, summarize } from './variants/paced-load.ts';
-import { durableReady, numberArg, percentile, round, saveResult, startNats, waitFor } from './support.ts';
+import { durableReady, numberArg, percentile, round, saveResult, serviceEnv, startNats, waitFor } from './support.ts';
 
 const QUICK = process.argv.includes('--quick');
 const RATE = numberArg('rate', 500);
@@ -113,13 +112,7 @@ async function main() {
   const nats = await startNats();
   const tmp = createTempDir('hono-outbox-memory-');
   const roles: Role[] = [];
-  const env = {
-    DATABASE_URL: `file:${join(tmp.dir, 'app.db')}`,
-    CONSUMER_DATABASE_URL_TEMPLATE: `file:${join(tmp.dir, '{name}.db')}`,
-    CONSUMERS: SUBSCRIBER,
-    NATS_URL: nats.url,
-    LOG_LEVEL: 'warn',
-  };
+  const env = serviceEnv(nats.url, tmp.dir, SUBSCRIBER);
   const samples = new Map<string, Sample[]>();
   let sampler: ReturnType<typeof setInterval> | undefined;
   try {

@@ -127,3 +127,14 @@ export async function durableReady(natsUrl: string, subscriber: string, timeoutM
     await nc.close();
   }
 }
+
+/** The environment of a service whose databases live in `dir` (one file per subscriber), on the broker at `natsUrl`. */
+export function serviceEnv(natsUrl: string, dir: string, subscriber: string) {
+  return {
+    DATABASE_URL: `file:${join(dir, 'app.db')}`,
+    CONSUMER_DATABASE_URL_TEMPLATE: `file:${join(dir, '{name}.db')}`,
+    CONSUMERS: subscriber,
+    NATS_URL: natsUrl,
+    LOG_LEVEL: 'warn',
+  };
+}

@@ -6,7 +6,6 @@ import { jetstreamManager, type StreamInfo } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
-import { connect as tcpConnect } from 'node:net';
 import { join } from 'node:path';
 import { NATS_SERVER_BIN, startNats, waitForInfo } from '../test/support/nats.ts';
 import { freePort } from '../test/support/process.ts';

@@ -4,8 +4,7 @@
 // three-node JetStream cluster), a client-side ledger, seeded faults, then a check. It runs the fixture
 // (test/support/fixture), never the example context, so it keeps working in a clone that deleted the example.
 import { createClient } from '@libsql/client';
-import { DiscardPolicy, JetStreamApiError, jetstreamManager, RetentionPolicy, StorageType, type JetStreamManager } from '@nats-io/jetstream';
-import { nanos } from '@nats-io/nats-core';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';

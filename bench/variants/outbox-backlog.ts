@@ -10,9 +10,10 @@ import { modules } from '../../src/modules.ts';
 import { aggregateHash } from '../../src/outbox/partition.ts';
 import { orderBody } from '../../test/support/example-orders.ts';
 
-const INSERT_SQL = `INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, headers, status, attempts, occurred_at, available_at, aggregate_hash, partition)
+// payload_validated = 1: each payload is the registry's serialization of a valid event, as appendToOutbox marks it
+const INSERT_SQL = `INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, headers, status, attempts, occurred_at, available_at, aggregate_hash, partition, payload_validated)
   SELECT j.value ->> 0, 'order', j.value ->> 1, 'order.placed.v1', j.value ->> 2, j.value ->> 3, 'pending', 0, j.value ->> 4, j.value ->> 4, j.value ->> 5,
-         (j.value ->> 5) % (SELECT count FROM outbox_partitions WHERE id = 1)
+         (j.value ->> 5) % (SELECT count FROM outbox_partitions WHERE id = 1), 1
   FROM json_each(?) AS j`;
 
 export type BacklogProgress = { inserted: number; chunkMs: number };
@@ -36,7 +37,7 @@ function headersLike(sample: Record<string, string>, newId: () => string): strin
 /**
  * Inserts `n` pending `order.placed.v1` rows, `chunk` per transaction, with occurred_at = the time of their chunk.
  * `sampleHeaders` is the headers column of a row the service wrote (so the headers are as large); the first event of
- * every chunk goes through the registry (the relay re-validates each payload before publishing). Returns the time
+ * every chunk goes through the registry and the rows are marked validated, as appendToOutbox marks its own. Returns the time
  * taken and the payload size.
  */
 export async function insertPendingOrders(

@@ -28,6 +28,8 @@ type Rows = new (values: Value[]) => Row;
 type Cached = {
   stmt: Database.Statement;
   reader: boolean;
+  // a `*` or `t.*` result column: its names are re-read after every run (see hasStarColumn)
+  star: boolean;
   // read after a run (a cached statement may have been re-prepared against a new schema since it was prepared)
   columns: string[] | undefined;
   columnTypes: string[];
@@ -96,7 +98,12 @@ export class LocalConnection {
       throw this.#failed(sql, entry, error);
     }
     const first = raw[0];
-    if (entry.columns === undefined || entry.generation !== this.#schema.value || (first !== undefined && first.length !== entry.columns.length)) {
+    if (
+      entry.star ||
+      entry.columns === undefined ||
+      entry.generation !== this.#schema.value ||
+      (first !== undefined && first.length !== entry.columns.length)
+    ) {
       readColumns(entry, this.#schema.value);
     }
     const RowOf = entry.rows!;
@@ -166,7 +173,7 @@ export class LocalConnection {
     stmt.safeIntegers(true);
     const reader = stmt.reader;
     if (reader) stmt.raw(true);
-    const entry: Cached = { stmt, reader, columns: undefined, columnTypes: [], rows: undefined, generation: -1 };
+    const entry: Cached = { stmt, reader, star: reader && hasStarColumn(sql), columns: undefined, columnTypes: [], rows: undefined, generation: -1 };
     if (!reader && DDL.test(sql)) {
       this.#schema.value++;
       return entry;
@@ -190,12 +197,66 @@ export class LocalConnection {
 const SQLITE_BUSY = 5;
 const SQLITE_LOCKED = 6;
 
+// Keeps the row class while the names stay the same: a statement re-read after every run builds no class per run.
 function readColumns(entry: Cached, generation: number): void {
   const columns = entry.stmt.columns();
-  entry.columns = columns.map((c) => c.name);
+  const names = columns.map((c) => c.name);
+  if (entry.rows === undefined || !sameNames(names, entry.columns!)) {
+    entry.columns = names;
+    entry.rows = rowClass(names);
+  }
   entry.columnTypes = columns.map((c) => c.type ?? '');
-  entry.rows = rowClass(entry.columns);
   entry.generation = generation;
+}
+
+function sameNames(a: string[], b: string[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+// A `*` right after SELECT, DISTINCT, ALL, RETURNING, a comma or a qualifier's dot; not count(*) nor a product.
+const STAR_COLUMN = /(?:\b(?:SELECT|DISTINCT|ALL|RETURNING)|[,.])\s*\*/i;
+
+/**
+ * Whether `sql` has a `*` or `t.*` result column (anywhere, subqueries included). SQLite re-prepares a statement
+ * after a schema change by any connection, so its values always follow the current schema; a star's names do too,
+ * and another process can rebuild a table with as many columns in another order without this client running DDL.
+ * Explicit references keep the column they name: only the letter case of a re-declared name, a rowid shown under
+ * its INTEGER PRIMARY KEY alias and the declared types can drift, which is not worth a columns() read (about 1 µs
+ * a column) on every run of every statement. A false positive (`1.*2`) only costs that read.
+ */
+function hasStarColumn(sql: string): boolean {
+  return sql.includes('*') && STAR_COLUMN.test(syntaxOnly(sql));
+}
+
+// `sql` with each string literal and quoted identifier replaced by `_` and each comment by a space.
+function syntaxOnly(sql: string): string {
+  let out = '';
+  let i = 0;
+  while (i < sql.length) {
+    const ch = sql[i]!;
+    if (ch === "'" || ch === '"' || ch === '`' || ch === '[') {
+      const close = ch === '[' ? ']' : ch;
+      let end = sql.indexOf(close, i + 1);
+      // a doubled quote is one quote character inside the literal or identifier; `]` has no escape
+      while (end !== -1 && close !== ']' && sql[end + 1] === close) end = sql.indexOf(close, end + 2);
+      out += '_';
+      i = end === -1 ? sql.length : end + 1;
+    } else if (ch === '-' && sql[i + 1] === '-') {
+      const end = sql.indexOf('\n', i + 2);
+      out += ' ';
+      i = end === -1 ? sql.length : end + 1;
+    } else if (ch === '/' && sql[i + 1] === '*') {
+      const end = sql.indexOf('*/', i + 2);
+      out += ' ';
+      i = end === -1 ? sql.length : end + 2;
+    } else {
+      out += ch;
+      i++;
+    }
+  }
+  return out;
 }
 
 /**

@@ -83,7 +83,8 @@ export function createAckPublisher(nc: NatsConnection, timeoutMs: number): AckPu
   });
 
   const expire = () => {
-    const now = Date.now();
+    // a monotonic clock: a wall clock stepped back (NTP, an operator) must not hold a timeout back
+    const now = performance.now();
     // insertion order is publish order, and every message has the same timeout: the expired ones are at the head
     for (const [token, w] of waiting) {
       if (w.deadline > now) break;
@@ -95,7 +96,7 @@ export function createAckPublisher(nc: NatsConnection, timeoutMs: number): AckPu
     publish(subject, data, headers, done) {
       if (closed) return done(new errors.ClosedConnectionError());
       const token = ++next;
-      waiting.set(token, { done, subject, deadline: Date.now() + timeoutMs });
+      waiting.set(token, { done, subject, deadline: performance.now() + timeoutMs });
       sweep ??= setInterval(expire, Math.max(10, Math.floor(timeoutMs / 4)));
       try {
         nc.publish(subject, data, { reply: `${prefix}${token}`, headers });

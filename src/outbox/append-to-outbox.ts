@@ -42,13 +42,15 @@ export async function appendToOutbox(tx: Tx, events: IntegrationEvent[], ctx: { 
   await sqlOf(tx).execute({ sql: insertSql(events.length), args });
 }
 
-// the partition is taken from the count in the same transaction, so a row never lands outside the partitions
-const ROW = "(?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ? % (SELECT count FROM outbox_partitions WHERE id = 1))";
+// the partition is taken from the count in the same transaction, so a row never lands outside the partitions;
+// payload_validated = 1: the payload is the registry-parsed event as JSON.stringify wrote it, which lets the relay
+// check only its envelope prefix (row-message.ts)
+const ROW = "(?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ? % (SELECT count FROM outbox_partitions WHERE id = 1), 1)";
 // one text per row count, built once (most commands append one or two events)
 const INSERT_SQL: string[] = [];
 const insertSql = (n: number): string =>
   (INSERT_SQL[n] ??=
-    `INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, headers, status, attempts, occurred_at, available_at, aggregate_hash, partition) VALUES ${Array.from({ length: n }, () => ROW).join(', ')}`);
+    `INSERT INTO outbox (id, aggregate_type, aggregate_id, message_type, payload, headers, status, attempts, occurred_at, available_at, aggregate_hash, partition, payload_validated) VALUES ${Array.from({ length: n }, () => ROW).join(', ')}`);
 
 /** NUL cuts text short when libSQL reads it back; an unpaired surrogate comes back as U+FFFD. */
 const UNSTORABLE = /[\0\p{Cs}]/u;

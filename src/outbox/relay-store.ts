@@ -12,6 +12,8 @@ export type PendingRow = {
   attempts: number;
   occurred_at: number;
   partition: number;
+  /** 1 when appendToOutbox validated and wrote the payload and no one changed it since: see row-message.ts. */
+  payload_validated: number;
 };
 
 /**
@@ -47,7 +49,7 @@ export const RELAY_LEASE_SCOPE = 'relay';
  * partition first (see givePartitions).
  * The scan walks idx_outbox_status_seq; the hold check probes the partial index idx_outbox_retrying.
  */
-export const FETCH_PENDING_SQL = `SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.message_type, CAST(o.payload AS BLOB) AS payload, o.headers, o.attempts, o.occurred_at, o.partition
+export const FETCH_PENDING_SQL = `SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.message_type, CAST(o.payload AS BLOB) AS payload, o.headers, o.attempts, o.occurred_at, o.partition, o.payload_validated
 FROM outbox o
 WHERE o.status = 'pending' AND o.partition IN (SELECT value FROM json_each(?6)) AND (o.attempts = 0 OR o.available_at <= ?1)
   AND o.aggregate_hash IS NOT NULL

@@ -57,8 +57,10 @@ export type Relay = {
  * count and start claiming a fair share of the partitions' leases (kept on a timer while it runs, released when it
  * stops), then pass after pass over the rows of the partitions it leases, its marks fenced by their epochs. It sleeps
  * until woken or for pollMs when idle, and backs off the whole worker 1 s, 2 s, 4 s … max (jittered) while the
- * broker is unavailable. An unsafe stream configuration or a refused partition count is fatal: `run` rejects with
- * UnsafeStreamConfigError or PartitionCountChangeError. Registers the relay's gauges (outbox_relay_broker_up,
+ * broker is unavailable; a reconnect ends that wait, or skips it when the connection came back during the failed
+ * attempt and the failure before (if any since the last good pass) was waited out in full. An unsafe stream
+ * configuration or a refused partition count is fatal: `run` rejects with UnsafeStreamConfigError or
+ * PartitionCountChangeError. Registers the relay's gauges (outbox_relay_broker_up,
  * outbox_relay_last_pass_timestamp_seconds, outbox_relay_partitions_owned) in `deps.metrics`.
  */
 export function createRelay(deps: RelayDeps): Relay {
@@ -93,6 +95,12 @@ export function createRelay(deps: RelayDeps): Relay {
       let kicks: Subscription | undefined;
       /** Aborted when the connection reconnects while the relay backs off from a broker error. */
       let reconnected: AbortController | undefined;
+      /** Reconnects of this run's connections so far, counted by their status loops. */
+      let reconnects = 0;
+      /** `reconnects` when the current attempt (connecting, ensuring the stream, a pass) began. */
+      let reconnectsAtAttempt = 0;
+      /** The last broker failure since the last good pass was retried before its back-off ran out. */
+      let retriedEarly = false;
       /** Publishes on `nc`, one inbox subscription for every PubAck; made anew with each connection. */
       let publisher: AckPublisher | undefined;
       /** False until the stream is known to exist on this connection; set again after a broker error. */
@@ -134,20 +142,30 @@ export function createRelay(deps: RelayDeps): Relay {
         // the connection coming back ends the wait: a broker restarted after a long outage is used at once, not after
         // the rest of a back-off that has grown to RELAY_MAX_BACKOFF_MS
         const back = new AbortController();
+        // So does a reconnect during the failed attempt (PubAcks lost with the old connection time out only later),
+        // but not right after a wait that was cut short: a broker that drops every connection it accepts is still
+        // waited out at least every other failure, and every retry without a full wait took a reconnect of its own.
+        if (reconnects !== reconnectsAtAttempt && !retriedEarly) back.abort();
         reconnected = back;
         await brokerOutage.backOff(AbortSignal.any([stop.signal, back.signal]));
         reconnected = undefined;
+        retriedEarly = back.signal.aborted;
       };
 
       try {
         while (!stop.signal.aborted) {
+          reconnectsAtAttempt = reconnects;
           try {
             if (!nc || nc.isClosed()) {
               streamReady = false;
               nc = await deps.connect();
               publisher = createAckPublisher(nc, deps.settings.publishTimeoutMs);
               void (async (statuses: AsyncIterable<{ type: string }>) => {
-                for await (const status of statuses) if (status.type === 'reconnect') reconnected?.abort();
+                for await (const status of statuses)
+                  if (status.type === 'reconnect') {
+                    reconnects++;
+                    reconnected?.abort();
+                  }
               })(nc.status());
               kicks = nc.subscribe(kickSubject(deps.stream.name), { callback: () => deps.wake.notify() });
             }
@@ -276,6 +294,7 @@ export function createRelay(deps: RelayDeps): Relay {
             continue;
           }
           brokerOutage.reset();
+          retriedEarly = false;
           if (previousMarked) {
             lastSuccessfulPass = deps.clock();
             gauges.lastPassTimestamp.set(lastSuccessfulPass.getTime() / 1000);

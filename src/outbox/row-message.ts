@@ -1,8 +1,19 @@
 import type { EventRegistry } from '../events/registry.ts';
 import type { HeaderFields } from './event-headers.ts';
 
-/** A stored row as the relay reads it: its columns, the payload as the bytes stored (UTF-8 JSON). */
-export type StoredEvent = { id: string; aggregate_type: string; aggregate_id: string; message_type: string; occurred_at: number; payload: Uint8Array };
+/**
+ * A stored row as the relay reads it: its columns, the payload as the bytes stored (UTF-8 JSON), and `payload_validated`
+ * (1: appendToOutbox validated and wrote the payload and nothing changed it since; 0 or absent: anything else).
+ */
+export type StoredEvent = {
+  id: string;
+  aggregate_type: string;
+  aggregate_id: string;
+  message_type: string;
+  occurred_at: number;
+  payload: Uint8Array;
+  payload_validated?: number;
+};
 
 const decoder = new TextDecoder();
 /** Enough of a payload to hold its envelope up to `"data":`: four JSON strings of at most 128 characters, and the rest. */
@@ -14,10 +25,10 @@ const CLOSING_BRACE = 0x7d;
 const SUBJECT_TOKEN = /^[^.*>\s\p{Cc}\p{Cs}]{1,128}$/u;
 
 /**
- * The header fields of a row whose payload is in the form appendToOutbox writes (the validated event, serialized with
- * its envelope first in a fixed order) and agrees with the row's columns; undefined when it is not in that form. This
- * is the relay's integrity check: the event was validated when it was stored, so publishing re-reads only the envelope's
- * prefix (no JSON.parse, no schema) — what a row written by other means (a script, a restore) must pass in full instead.
+ * The header fields read off the envelope prefix of a payload in the form appendToOutbox writes (the event serialized
+ * with its envelope first in a fixed order) that agrees with the row's columns; undefined when it is not in that form.
+ * The prefix says nothing of what follows `"data":` (a later duplicate key, data failing its schema): it stands for the
+ * whole event only on a row marked payload_validated, whose payload appendToOutbox validated and wrote itself.
  */
 export function canonicalFields(row: StoredEvent): HeaderFields | undefined {
   const { payload } = row;
@@ -39,17 +50,23 @@ export function canonicalFields(row: StoredEvent): HeaderFields | undefined {
 
 /**
  * The header fields of a row, or the permanent error that keeps it from being published: its type must be registered
- * for its aggregate type; a payload in appendToOutbox's form is checked against the columns only (canonicalFields),
- * any other must parse, pass the registry's schemas and agree with the columns.
+ * for its aggregate type; a row marked payload_validated whose payload is in appendToOutbox's form is checked against
+ * its columns only (canonicalFields), any other must parse, pass the registry's schemas and agree with the columns.
  */
 export function headerFieldsOf(row: StoredEvent, registry: EventRegistry): HeaderFields {
   // throws UnknownEventTypeError for an unregistered type, as the full check would
   const aggregate = registry.aggregateOf(row.message_type);
-  const fast = aggregate === row.aggregate_type ? canonicalFields(row) : undefined;
-  if (fast) return fast;
+  const envelope = aggregate === row.aggregate_type ? canonicalFields(row) : undefined;
+  // the mark is set only by appendToOutbox and cleared by a trigger on any change to the payload or a compared column
+  if (envelope && row.payload_validated) return envelope;
   const event = registry.parse(JSON.parse(decoder.decode(row.payload)));
   if (event.type !== row.message_type || event.aggregateType !== row.aggregate_type || event.aggregateId !== row.aggregate_id || event.eventId !== row.id) {
     throw new Error('outbox row columns do not match its payload');
+  }
+  // a canonical-looking envelope that parses to another version or time holds that key twice: the parsed event
+  // (what subscribers read) would not be the envelope a reader of the prefix sees
+  if (envelope && (event.aggregateVersion !== envelope.aggregateVersion || event.occurredAt !== envelope.occurredAt)) {
+    throw new Error('outbox row payload repeats an envelope key with another value');
   }
   return event;
 }

@@ -22,6 +22,13 @@ export const outbox = sqliteTable(
     aggregateHash: integer('aggregate_hash'),
     /** aggregate_hash mod the partition count (outbox_partitions) when the row was stored: the relay lease that covers it. */
     partition: integer('partition').notNull().default(0),
+    /**
+     * 1 when appendToOutbox validated the event and wrote the payload itself: the relay then checks only the payload's
+     * envelope prefix against the columns (row-message.ts). 0 for any other row (a script, a restore, rows older than
+     * the column), which is parsed and validated in full; the trigger outbox_payload_edited clears it when the payload
+     * or a column the check compares is changed.
+     */
+    payloadValidated: integer('payload_validated').notNull().default(0),
   },
   (t) => [
     // The relay's scan in commit order; partition is in the index so rows of partitions another relay leases are

@@ -189,6 +189,24 @@ describe('local client - cached statements after schema changes', () => {
     expect(after.rows[0]!.length).toBe(2);
   });
 
+  it("gives a cached join's a.* values under their new columns after another process rebuilds a with as many columns, also when no row comes back", async () => {
+    const url = freshUrl();
+    const c = await local(url);
+    await c.executeMultiple(
+      "CREATE TABLE a (id INTEGER PRIMARY KEY, x TEXT, y TEXT); CREATE TABLE b (a_id INTEGER, v TEXT); INSERT INTO a VALUES (1, 'x1', 'y1'); INSERT INTO b VALUES (1, 'v1')",
+    );
+    const join = (id: number) => ({ sql: 'SELECT a.*, b.v FROM a JOIN b ON b.a_id = a.id WHERE a.id = ?', args: [id] });
+    expect((await c.execute(join(1))).rows[0]).toEqual({ id: 1, x: 'x1', y: 'y1', v: 'v1' });
+    const other = await reference(url);
+    await other.executeMultiple("DROP TABLE a; CREATE TABLE a (y TEXT, id INTEGER PRIMARY KEY, x TEXT); INSERT INTO a (id, x, y) VALUES (1, 'x2', 'y2')");
+    // no row to count values by: only the statement's own columns tell the new order
+    const empty = await outcome(c, join(2));
+    expect(empty).toEqual(await outcome(other, join(2)));
+    expect(empty.ok?.columns).toEqual(['y', 'id', 'x', 'v']);
+    expect(await outcome(c, join(1))).toEqual(await outcome(other, join(1)));
+    expect((await c.execute(join(1))).rows[0]).toEqual({ y: 'y2', id: 1, x: 'x2', v: 'v1' });
+  });
+
   it('runs a cached INSERT against the recreated table, and fails it with the same error once its column is gone', async () => {
     const url = freshUrl();
     const c = await local(url);

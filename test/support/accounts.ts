@@ -3,7 +3,6 @@ import { z } from 'zod';
 import type { Tx } from '../../src/db/open-database.ts';
 import type { Deps } from '../../src/deps.ts';
 import type { EventOf } from '../../src/events/define-events.ts';
-import type { IntegrationEvent } from '../../src/events/integration-event.ts';
 import { createCommand, type Command, type CommandOutcome } from '../../src/http/command-route.ts';
 import type { CommandResponse } from '../../src/http/idempotency.ts';
 import type { Subscriber, SubscriberHandler } from '../../src/inbox/subscriber.ts';

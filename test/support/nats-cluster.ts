@@ -95,8 +95,9 @@ export async function startNatsCluster(options: { size?: number; name?: string }
       '-l',
       `${node.storeDir}.log`,
     ];
-    procs[i] = spawn(NATS_SERVER_BIN, args, { stdio: 'ignore' });
-    await waitForInfo(node.port, 15_000);
+    const p = spawn(NATS_SERVER_BIN, args, { stdio: 'ignore' });
+    procs[i] = p;
+    await waitForInfo(node.port, 15_000, { name: node.name, alive: () => p.exitCode === null && p.signalCode === null });
   };
   const kill = async (i: number) => {
     const p = procs[i];

@@ -8,16 +8,23 @@ import { freePort } from './process.ts';
 
 export const NATS_SERVER_BIN = ['/usr/sbin/nats-server', '/usr/bin/nats-server', '/usr/local/bin/nats-server'].find(existsSync) ?? 'nats-server';
 
-/** Resolves once a nats-server answers INFO on `port` (127.0.0.1); throws after `deadlineMs`. */
-export async function waitForInfo(port: number, deadlineMs: number): Promise<void> {
+/**
+ * Resolves once a nats-server answers INFO on `port` (127.0.0.1) — with `ours.name` as its name when given, so that
+ * another test's server that took the port first does not pass for ours; throws after `deadlineMs`, or as soon as
+ * `ours.alive()` says the process has exited.
+ */
+export async function waitForInfo(port: number, deadlineMs: number, ours?: { name: string; alive: () => boolean }): Promise<void> {
   const until = Date.now() + deadlineMs;
+  const serverName = ours?.name;
   for (;;) {
+    if (ours && !ours.alive()) throw new Error(`nats-server ${ours.name} exited before answering on port ${port} (taken by another process?)`);
     const ok = await new Promise<boolean>((resolve) => {
       const sock = tcpConnect(port, '127.0.0.1');
       sock.setTimeout(500);
       sock.once('data', (d) => {
         sock.destroy();
-        resolve(d.toString().startsWith('INFO'));
+        const text = d.toString();
+        resolve(text.startsWith('INFO') && (serverName === undefined || text.includes(`"server_name":${JSON.stringify(serverName)}`)));
       });
       sock.once('error', () => resolve(false));
       sock.once('timeout', () => {
@@ -49,7 +56,7 @@ export type NatsServer = {
 
 /** Starts a private `nats-server -js` on a free port with a temp store dir; dispose stops it and removes the dir. */
 export async function startNats(options: { websocket?: boolean } = {}): Promise<NatsServer> {
-  const port = await freePort();
+  let port = await freePort();
   const wsPort = options.websocket ? await freePort() : undefined;
   const storeDir = mkdtempSync(join(tmpdir(), 'nats-store-'));
   let proc: ChildProcess | undefined;
@@ -60,10 +67,23 @@ export async function startNats(options: { websocket?: boolean } = {}): Promise<
     writeFileSync(configFile, `websocket { listen: "127.0.0.1:${wsPort}"\n no_tls: true }\n`);
   }
 
+  // a name of its own: a free port can be taken by another test file's server before ours binds it
+  const name = `test-${process.pid}-${storeDir.slice(-6)}`;
   const launch = async () => {
-    const args = ['-js', '-a', '127.0.0.1', '-p', String(port), '-sd', storeDir, ...(configFile ? ['-c', configFile] : [])];
-    proc = spawn(NATS_SERVER_BIN, args, { stdio: 'ignore' });
-    await waitForInfo(port, 15_000);
+    const args = ['-js', '-a', '127.0.0.1', '-p', String(port), '-sd', storeDir, '-n', name, ...(configFile ? ['-c', configFile] : [])];
+    const p = spawn(NATS_SERVER_BIN, args, { stdio: 'ignore' });
+    proc = p;
+    await waitForInfo(port, 15_000, { name, alive: () => p.exitCode === null && p.signalCode === null });
+  };
+  const launchOnFreePort = async () => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await launch();
+      } catch (error) {
+        if (attempt >= 5) throw error;
+        port = await freePort();
+      }
+    }
   };
   const waitExit = (p: ChildProcess) =>
     p.exitCode !== null || p.signalCode !== null ? Promise.resolve() : new Promise<void>((r) => p.once('exit', () => r()));
@@ -76,7 +96,7 @@ export async function startNats(options: { websocket?: boolean } = {}): Promise<
     await waitExit(p);
   };
 
-  await launch();
+  await launchOnFreePort();
   const server: NatsServer = {
     url: `nats://127.0.0.1:${port}`,
     port,

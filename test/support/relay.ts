@@ -1,8 +1,8 @@
 import { connect } from '@nats-io/transport-node';
 import { createMetrics } from '../../src/metrics/metrics.ts';
 import { natsConnectionOptions } from '../../src/nats/connect.ts';
-import { createOutboxMetrics } from '../../src/outbox/outbox-metrics.ts';
-import { createRelay, type RelayDeps } from '../../src/outbox/relay.ts';
+import { createOutboxMetrics, type OutboxMetrics } from '../../src/outbox/outbox-metrics.ts';
+import { createRelay, type Relay, type RelayDeps, type RelayRunSummary } from '../../src/outbox/relay.ts';
 import { createSignal } from '../../src/signal.ts';
 import type { TestDb } from './db.ts';
 import { TEST_STREAM } from './stream.ts';
@@ -46,4 +46,22 @@ export function relayDeps(t: TestDb, url: string, over: RelayOverrides = {}): Re
 /** Runs a relay until the outbox has nothing due, returning its summary. */
 export async function drainOutbox(deps: RelayDeps) {
   return createRelay(deps).run({ untilIdle: true, timeLimitMs: 30_000 });
+}
+
+/** A relay running in the background, its metrics, and how to stop it. */
+export type RunningRelay = { relay: Relay; metrics: OutboxMetrics; stop(): Promise<RelayRunSummary> };
+
+/** Starts a relay with `deps` (for at most `timeLimitMs`); `stop()` aborts it and resolves with its summary. */
+export function runRelay(deps: RelayDeps, timeLimitMs = 60_000): RunningRelay {
+  const relay = createRelay(deps);
+  const abort = new AbortController();
+  const running = relay.run({ signal: abort.signal, timeLimitMs });
+  return {
+    relay,
+    metrics: deps.metrics,
+    stop: () => {
+      abort.abort();
+      return running;
+    },
+  };
 }

@@ -1,27 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { registryOf } from '../../src/compose/define-modules.ts';
 import { UnknownEventTypeError } from '../../src/events/registry.ts';
-import { canonicalFields, headerFieldsOf, type StoredEvent } from '../../src/outbox/row-message.ts';
+import { canonicalFields, headerFieldsOf } from '../../src/outbox/row-message.ts';
 import { openedEvent } from '../support/accounts.ts';
 import { fixtureModules } from '../support/fixture/modules.ts';
+import { storedRow } from '../support/stored-row.ts';
 
 const registry = registryOf(fixtureModules);
-const encoder = new TextEncoder();
-
-/** A row as appendToOutbox stores `event`: its columns, and the validated event serialized as the payload. */
-function storedRow(event: Record<string, unknown>, over: Partial<Omit<StoredEvent, 'payload'>> & { payload?: string } = {}): StoredEvent {
-  const valid = registry.parse(event);
-  const { payload, ...columns } = over;
-  return {
-    id: valid.eventId,
-    aggregate_type: valid.aggregateType,
-    aggregate_id: valid.aggregateId,
-    message_type: valid.type,
-    occurred_at: Date.parse(valid.occurredAt),
-    payload: encoder.encode(payload ?? JSON.stringify(valid)),
-    ...columns,
-  };
-}
 
 describe('relay row check - the envelope prefix instead of a full parse', () => {
   it('reads type, aggregate, version and time off a row in the form appendToOutbox writes', () => {
@@ -84,6 +69,30 @@ describe('relay row check - the envelope prefix instead of a full parse', () => 
       expect(canonicalFields(row)).toBeUndefined();
       expect(() => headerFieldsOf(row, registry)).toThrow();
     }
+  });
+
+  it('trusts the rest of the payload only on a row marked as written by appendToOutbox; an unmarked one is parsed and validated in full', () => {
+    const event = openedEvent();
+    const text = JSON.stringify(registry.parse(event));
+    // data the schema refuses after a canonical envelope: only a row written by other means can hold it
+    const payload = `${text.slice(0, text.indexOf('"data":'))}"data":{"accountId":42}}`;
+    expect(headerFieldsOf(storedRow(event, { payload }), registry).aggregateId).toBe(event.aggregateId);
+    expect(() => headerFieldsOf(storedRow(event, { payload, payload_validated: 0 }), registry)).toThrow();
+    expect(() => headerFieldsOf(storedRow(event, { payload, payload_validated: undefined }), registry)).toThrow();
+    // an unmarked row in the canonical form publishes, with the same fields as the prefix gives
+    expect(headerFieldsOf(storedRow(event, { payload_validated: 0 }), registry)).toMatchObject(canonicalFields(storedRow(event))!);
+  });
+
+  it('refuses an unmarked canonical-looking payload that repeats its version or time after data with another value', () => {
+    const event = openedEvent();
+    const text = JSON.stringify(registry.parse(event));
+    for (const tail of [',"aggregateVersion":2', `,"occurredAt":"2027-01-01T00:00:00.000Z"`]) {
+      const row = storedRow(event, { payload: `${text.slice(0, -1)}${tail}}`, payload_validated: 0 });
+      expect(() => headerFieldsOf(row, registry), tail).toThrow('repeats an envelope key');
+    }
+    // the same value repeated says nothing else
+    const same = storedRow(event, { payload: `${text.slice(0, -1)},"aggregateVersion":1}`, payload_validated: 0 });
+    expect(headerFieldsOf(same, registry).aggregateVersion).toBe(1);
   });
 
   it('refuses, in any form, an aggregate id that is no subject-safe token (a line break would end a header)', () => {
