@@ -46,6 +46,7 @@ export async function migrateDatabase(client: Client, folder: string): Promise<n
       if (m.folderMillis <= lastAt) continue;
       const fail = (detail: string, cause?: unknown) => new MigrationError(folder, index, m.folderMillis, detail, cause);
       const statements = m.sql.filter((s) => s.trim());
+      const triggersBefore = await triggersOf(tx);
       for (const [i, stmt] of statements.entries()) {
         try {
           await tx.execute(stmt);
@@ -53,6 +54,7 @@ export async function migrateDatabase(client: Client, folder: string): Promise<n
           throw fail(`failed at statement ${i + 1}: ${error instanceof Error ? error.message : String(error)}`, error);
         }
       }
+      await restoreDroppedTriggers(tx, triggersBefore, statements, fail);
       if (keysOff) {
         const violation = await firstForeignKeyViolation(tx);
         if (violation) throw fail(`leaves rows that violate a foreign key (first: ${violation})`);
@@ -77,6 +79,56 @@ async function restoreForeignKeys(client: Client): Promise<void> {
     await client.executeMultiple('PRAGMA foreign_keys = ON');
   } catch {
     dropPoisonedConnections(client);
+  }
+}
+
+type Trigger = { name: string; table: string; sql: string };
+
+/** The database's triggers, by name. */
+async function triggersOf(tx: Transaction): Promise<Map<string, Trigger>> {
+  const rs = await tx.execute("SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'trigger' AND sql IS NOT NULL");
+  return new Map(rs.rows.map((r) => [String(r[0]), { name: String(r[0]), table: String(r[1]), sql: String(r[2]) }]));
+}
+
+/** `DROP TRIGGER [IF EXISTS] [schema.]name`, quoted or not; the name is the last group. */
+const DROP_TRIGGER = /\bDROP\s+TRIGGER\s+(?:IF\s+EXISTS\s+)?(?:["`[]?\w+["`\]]?\.)?["`[]?(\w+)/gi;
+
+/** The triggers `statements` drop by name (lower case), comments aside. */
+function droppedByName(statements: string[]): Set<string> {
+  const text = statements
+    .join('\n')
+    .replace(/--[^\n]*/g, '')
+    .replace(/\/\*[\s\S]*?\*\//g, '');
+  return new Set([...text.matchAll(DROP_TRIGGER)].map((m) => m[1]!.toLowerCase()));
+}
+
+/**
+ * Triggers are not part of a drizzle schema: when drizzle-kit rebuilds a table (create `__new_x`, copy, drop `x`,
+ * rename), the DROP takes the table's triggers with it and nothing in the migration creates them again. A trigger
+ * that guards data (an edit unmarking a validated outbox row, a counter the relay's floor relies on) would then be
+ * gone without a word. So each trigger that a migration's statements did not drop by name is created again, as it
+ * was, once its table is back (a migration that means to drop one says DROP TRIGGER); one SQLite refuses to create
+ * on the new table fails the migration.
+ */
+async function restoreDroppedTriggers(
+  tx: Transaction,
+  before: Map<string, Trigger>,
+  statements: string[],
+  fail: (detail: string, cause?: unknown) => MigrationError,
+): Promise<void> {
+  const after = await triggersOf(tx);
+  const dropped = droppedByName(statements);
+  const tables = new Set((await tx.execute("SELECT lower(name) FROM sqlite_master WHERE type = 'table'")).rows.map((r) => String(r[0])));
+  for (const trigger of before.values()) {
+    if (after.has(trigger.name) || dropped.has(trigger.name.toLowerCase()) || !tables.has(trigger.table.toLowerCase())) continue;
+    try {
+      await tx.execute(trigger.sql);
+    } catch (error) {
+      throw fail(
+        `dropped trigger ${trigger.name} with its table ${trigger.table} (a table rebuild), and it cannot be created again: ${error instanceof Error ? error.message : String(error)}; drop or recreate it in the migration`,
+        error,
+      );
+    }
   }
 }
 

@@ -123,6 +123,29 @@ describe('migrations - on a database that holds data', () => {
     expect(await migrateDatabase(client, folder)).toBe(0);
   });
 
+  it("a rebuild keeps the rebuilt table's triggers (drizzle-kit's DROP TABLE takes them along); one the migration drops by name stays dropped", async () => {
+    const { client } = await populatedDatabase();
+    const audit: [name: string, sql: string] = [
+      'audit_owner',
+      [
+        'CREATE TABLE `owner_changes` (`account_id` text NOT NULL, `owner` text NOT NULL);',
+        'CREATE TRIGGER `accounts_owner_audit` AFTER UPDATE OF `owner` ON `accounts` BEGIN INSERT INTO `owner_changes` VALUES (NEW.`id`, NEW.`owner`); END;',
+        "CREATE TRIGGER `accounts_no_delete` BEFORE DELETE ON `accounts` BEGIN SELECT RAISE(ABORT, 'accounts are never deleted'); END;",
+      ].join('--> statement-breakpoint\n'),
+    ];
+    const { folder } = migrationsFolder([
+      HOLDERS,
+      audit,
+      ['rebuild_accounts', `DROP TRIGGER IF EXISTS \`accounts_no_delete\`;--> statement-breakpoint\n${rebuildAccounts()}`],
+    ]);
+
+    expect(await migrateDatabase(client, folder)).toBe(2);
+
+    expect(await rows(client, "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'accounts'")).toEqual([['accounts_owner_audit']]);
+    await client.execute("UPDATE accounts SET owner = 'c' WHERE owner = 'a'");
+    expect(await rows(client, 'SELECT owner FROM owner_changes')).toEqual([['c']]);
+  });
+
   it('a rebuild that would leave rows without the row they reference is refused with a MigrationError and rolled back whole', async () => {
     const { client } = await populatedDatabase();
     const accountsBefore = await rows(client, ACCOUNTS);
