@@ -1,7 +1,7 @@
 import { jetstream, jetstreamManager, type Consumer, type ConsumerInfo, type JsMsg } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/nats-core';
 import type { Logger } from '../logger.ts';
-import type { ConnectNats } from '../nats/connect.ts';
+import { CONNECT_RETRY_MS, type ConnectNats } from '../nats/connect.ts';
 import { ensureConsumer, UnsafeConsumerConfigError, type ConsumerSettings } from '../nats/ensure-consumer.ts';
 import { ensureStream, UnsafeStreamConfigError } from '../nats/ensure-stream.ts';
 import type { StreamSettings } from '../nats/stream-settings.ts';
@@ -39,20 +39,20 @@ export type PullSettings = {
 };
 
 /**
- * Pulls messages for a runner until `signal` aborts: connects (retrying with back-off), ensures the stream and the
- * durable pull consumer, then fetches at most `room()` messages at a time, so nothing is pulled that the runner
- * cannot take. When a pull fails (the consumer or the stream was deleted, the server's heartbeats stopped, the
+ * Pulls messages for a runner until `signal` aborts: connects (retrying with back-off, at least every
+ * CONNECT_RETRY_MS), ensures the stream and the durable pull consumer, then fetches at most `room()` messages at a
+ * time, so nothing is pulled that the runner cannot take. When a pull fails (the consumer or the stream was deleted, the server's heartbeats stopped, the
  * broker went away) it backs off and ensures both again on the same connection, so the messages the runner holds
  * can still be answered. Rejects only on an unsafe stream or consumer configuration.
  */
 export async function pullMessages(s: PullSettings, target: PullTarget, signal: AbortSignal): Promise<void> {
   const outage = createOutageBackoff(s.backoff);
-  const failed = async (error: unknown) => {
+  const failed = async (error: unknown, maxMs?: number) => {
     if (error instanceof UnsafeStreamConfigError || error instanceof UnsafeConsumerConfigError) throw error;
     if (signal.aborted) return;
     target.brokerError();
     target.brokerState('unavailable', error);
-    await outage.backOff(signal);
+    await outage.backOff(signal, maxMs);
   };
 
   while (!signal.aborted) {
@@ -60,7 +60,8 @@ export async function pullMessages(s: PullSettings, target: PullTarget, signal: 
     try {
       nc = await s.connect();
     } catch (error) {
-      await failed(error);
+      // without a connection no reconnect can end the wait: try connecting again at least every CONNECT_RETRY_MS
+      await failed(error, CONNECT_RETRY_MS);
       continue;
     }
     target.connected(nc);

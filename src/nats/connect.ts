@@ -13,6 +13,13 @@ export type NatsConnectSettings = {
 };
 
 /**
+ * The longest a worker without a connection waits before it tries to connect again, however long its broker back-off
+ * has grown: a connected client reconnects every `reconnectTimeWait` on its own, a refused connect costs the broker
+ * nothing, and a broker that comes up is then used within about a second instead of after up to the maximum back-off.
+ */
+export const CONNECT_RETRY_MS = 1000;
+
+/**
  * Options for any transport's `connect`: every server of NATS_URL in the pool, reconnect forever, so callers see
  * outages as errors and retry.
  * On a cluster the client moves to another node at once when its node goes away (the wait applies per server), keeps

@@ -1,7 +1,7 @@
 import { jetstreamManager } from '@nats-io/jetstream';
 import { createAckPublisher, type AckPublisher } from '../nats/ack-publisher.ts';
 import type { NatsConnection, Subscription } from '@nats-io/nats-core';
-import type { ConnectNats } from '../nats/connect.ts';
+import { CONNECT_RETRY_MS, type ConnectNats } from '../nats/connect.ts';
 import { ensureStream, UnsafeStreamConfigError } from '../nats/ensure-stream.ts';
 import { kickSubject, type StreamSettings } from '../nats/stream-settings.ts';
 import type { Signal } from '../signal.ts';
@@ -135,8 +135,8 @@ export function createRelay(deps: RelayDeps): Relay {
           return false;
         }
       };
-      /** The broker failed (connecting, ensuring the stream, or publishing): count it and back off. */
-      const onBrokerTrouble = async (error: unknown) => {
+      /** The broker failed (connecting, ensuring the stream, or publishing): count it and back off (at most `maxMs`). */
+      const onBrokerTrouble = async (error: unknown, maxMs?: number) => {
         summary.brokerErrors++;
         setBroker('unavailable', error);
         // the connection coming back ends the wait: a broker restarted after a long outage is used at once, not after
@@ -147,7 +147,7 @@ export function createRelay(deps: RelayDeps): Relay {
         // waited out at least every other failure, and every retry without a full wait took a reconnect of its own.
         if (reconnects !== reconnectsAtAttempt && !retriedEarly) back.abort();
         reconnected = back;
-        await brokerOutage.backOff(AbortSignal.any([stop.signal, back.signal]));
+        await brokerOutage.backOff(AbortSignal.any([stop.signal, back.signal]), maxMs);
         reconnected = undefined;
         retriedEarly = back.signal.aborted;
       };
@@ -182,7 +182,8 @@ export function createRelay(deps: RelayDeps): Relay {
               nc = undefined;
             }
             deps.metrics.publishErrors.inc('broker_unavailable');
-            await onBrokerTrouble(error);
+            // without a connection no reconnect can end the wait: try connecting again at least every CONNECT_RETRY_MS
+            await onBrokerTrouble(error, nc === undefined ? CONNECT_RETRY_MS : undefined);
             continue;
           }
 

@@ -5,8 +5,8 @@ import { sleep } from './sleep.ts';
 export type OutageBackoff = {
   /** Failures since the last reset. */
   failures(): number;
-  /** Counts one more failure and waits its delay (backoffDelay of the count), or less when `signal` aborts. */
-  backOff(signal: AbortSignal): Promise<void>;
+  /** Counts one more failure and waits its delay (backoffDelay of the count, at most `maxMs`), or less when `signal` aborts. */
+  backOff(signal: AbortSignal, maxMs?: number): Promise<void>;
   /** It works again: the next failure waits the base delay. */
   reset(): void;
 };
@@ -16,7 +16,7 @@ export function createOutageBackoff(settings: BackoffSettings): OutageBackoff {
   let failures = 0;
   return {
     failures: () => failures,
-    backOff: (signal) => sleep(backoffDelay(++failures, settings), signal),
+    backOff: (signal, maxMs = Number.POSITIVE_INFINITY) => sleep(Math.min(backoffDelay(++failures, settings), maxMs), signal),
     reset() {
       failures = 0;
     },

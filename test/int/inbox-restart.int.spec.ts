@@ -90,6 +90,30 @@ describe('inbox - broker outages', () => {
     expect(await readOwnerBalance(sdb.db, 'late-owner')).toMatchObject({ creditedCents: 42 });
   });
 
+  it('connects within moments of a broker that comes up after its back-off grew long', async () => {
+    const stream = ownStream('LB');
+    await using sdb = await createSubscriberDb({ subscriber: 'balances' });
+    await nats().server.stop();
+    const stop = new AbortController();
+    // back-offs of 1, 2, 4, 8, 16 s (±20 %)
+    const runner = testRunner(sdb, nats().url, balances, stream, { backoffBaseMs: 1000, maxBackoffMs: 60_000 });
+    const running = runner.run({ signal: stop.signal, timeLimitMs: 60_000 });
+    await eventually(async () => runner.state() === 'unavailable', { what: 'the runner to notice the outage' });
+    // four failed connects: sleeping out the back-off after them would take ≥ 6.4 s
+    await new Promise((r) => setTimeout(r, 4500));
+    await nats().server.restart();
+    const restartedAt = Date.now();
+    const nc = await natsClient(nats().url);
+    await createStream(nc, stream);
+    await publishEvents(nc, stream, [creditedEvent({ owner: 'prompt-owner', amountCents: 7 })]);
+    await eventually(async () => (await readOwnerBalance(sdb.db, 'prompt-owner')).creditedCents === 7, { what: 'the event applied', timeoutMs: 20_000 });
+    expect(Date.now() - restartedAt).toBeLessThan(4000);
+    await nc.close();
+    stop.abort();
+    const summary = await running;
+    expect(summary.brokerErrors).toBeGreaterThanOrEqual(4);
+  });
+
   // last in this file: it wipes the server's store, every stream of the tests above with it
   it('re-creates its stream and consumer when the broker comes back without its store, and applies the events published afterwards', async () => {
     const stream = ownStream('LOST');

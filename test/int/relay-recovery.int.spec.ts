@@ -43,6 +43,34 @@ describe('relay - recovery after a broker outage', () => {
     await nc.close();
   });
 
+  it('connects within moments of a broker that was down when it started, however long its back-off has grown', async () => {
+    await using broker = await startNats();
+    await using t = await createTestDb();
+    const stream = ownStream('DOWNATSTART');
+    const admin = await natsClient(broker.url);
+    await createStream(admin, stream);
+    await admin.close();
+    await broker.kill();
+    const ids = await accountCommands(t.deps).openMany(5);
+    const { metrics, stop } = runRelay(
+      relayDeps(t, broker.url, {
+        stream,
+        // back-offs of 1, 2, 4, 8, 16 s (±20 %): no connection, so no reconnect can end one
+        settings: { backoffBaseMs: 1000, maxBackoffMs: 60_000 },
+        lease: { owner: 'early-relay', ttlMs: 30_000 },
+      }),
+    );
+    await eventually(async () => metrics.publishErrors.get('broker_unavailable') >= 4, { what: 'four failed connects', timeoutMs: 20_000 });
+    await broker.restart();
+    const restartedAt = Date.now();
+    const nc = await natsClient(broker.url);
+    await eventually(async () => (await readStream(nc, stream)).length === ids.length, { what: 'every event published', timeoutMs: 20_000 });
+    // a connect attempt at least every second; sleeping out the back-off after four failures would take ≥ 6.4 s
+    expect(Date.now() - restartedAt).toBeLessThan(4000);
+    await stop();
+    await nc.close();
+  });
+
   it('still backs off a broker that refuses every publish although the connection comes back during each attempt', async () => {
     await using broker = await startNats();
     await using t = await createTestDb();
