@@ -3,7 +3,8 @@
 // Pre-publishes M order events (~300 B) to a fresh stream on a private nats-server, then consumes all of them with
 // the `reporting` handler (a) through the inbox (handleBatch: one write per pulled batch with the inbox claims and
 // the effects, ack after commit) and (b) through the same runner, batching and validation without the inbox claim. Each round
-// uses fresh durable consumers and fresh subscriber databases; medians are reported. No assertion on timings.
+// uses fresh durable consumers and fresh subscriber databases, after one uncounted round of each path; medians are
+// reported. No assertion on timings.
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { headers } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
@@ -110,6 +111,11 @@ async function main() {
     const plain: number[] = [];
     const inboxCpu: number[] = [];
     const plainCpu: number[] = [];
+    // one uncounted round of each path first: otherwise the path that opens round 0 pays the process's warm-up
+    // (JIT, the broker's first reads) and, with an odd number of rounds, opens more rounds than the other
+    for (const withInbox of [true, false].filter((w) => ONLY === 'both' || w === (ONLY === 'inbox'))) {
+      await consumeAll(nats.url, stream, `${withInbox ? 'inbox' : 'plain'}_warm`, withInbox);
+    }
     for (let r = 0; r < ROUNDS; r++) {
       // alternate the order so neither path always runs on a warmer process
       const order = (r % 2 === 0 ? [true, false] : [false, true]).filter((w) => ONLY === 'both' || w === (ONLY === 'inbox'));
@@ -142,7 +148,7 @@ async function main() {
     };
     console.log(`(a) reporting through the inbox:  ${result.inboxPerSec} ev/s (median of ${ROUNDS}; ${M} × ~${avgBytes} B, batch ${BATCH})`);
     console.log(`(b) same handler, no inbox row:   ${result.withoutInboxPerSec} ev/s`);
-    console.log(`    ratio a/b = ${result.ratioInboxToWithout} (target ≥ 0.8)`);
+    console.log(`    ratio a/b = ${result.ratioInboxToWithout} (target ≥ 0.9)`);
     console.log(
       `    per CPU-second of the consumer: ${result.inboxPerCpuSec} vs ${result.withoutInboxPerCpuSec}, ratio ${result.cpuRatioInboxToWithout} (load average ${result.loadAverage.join(' ')})`,
     );

@@ -116,6 +116,39 @@ describe('handleBatch - one write per batch', () => {
   });
 });
 
+describe('handleBatch - inbox claims', () => {
+  it('applies each new event of a batch mixing types, events applied by an earlier batch and copies within itself once, and a batch of copies not at all', async () => {
+    using s = await setup();
+    const earlier = [openedEvent({ owner: 'm1' }), creditedEvent({ owner: 'm1', amountCents: 10 })];
+    expect(
+      (
+        await handleBatch(
+          s.deps,
+          earlier.map((e) => asMessage(e)),
+        )
+      ).map((r) => r.outcome),
+    ).toEqual(['processed', 'processed']);
+    const credit = creditedEvent({ owner: 'm1', amountCents: 100 });
+    const opening = openedEvent({ owner: 'm2' });
+
+    // new and old interleaved in both types: the claim that finds some rows there already learns which ones
+    const mixed = [asMessage(credit), asMessage(earlier[1]!, 2), asMessage(opening), asMessage(credit), asMessage(earlier[0]!, 2)];
+    expect((await handleBatch(s.deps, mixed)).map((r) => r.outcome)).toEqual(['processed', 'duplicate', 'processed', 'duplicate', 'duplicate']);
+    // nothing but copies: the claim that inserts no row applies nothing
+    const copies = [...earlier, credit, opening].map((e) => asMessage(e, 3));
+    expect((await handleBatch(s.deps, copies)).map((r) => r.outcome)).toEqual(['duplicate', 'duplicate', 'duplicate', 'duplicate']);
+
+    expect(await readOwnerBalance(s.sdb.db, 'm1')).toMatchObject({ accountsOpened: 1, creditedCents: 110 });
+    expect(await readOwnerBalance(s.sdb.db, 'm2')).toMatchObject({ accountsOpened: 1 });
+    const rows = await s.sdb.client.execute('SELECT event_id, message_type FROM inbox ORDER BY event_id');
+    expect(rows.rows.map((r) => [r.event_id, r.message_type])).toEqual(
+      [...earlier, credit, opening].map((e) => [e.eventId, e.type]).sort((x, y) => (x[0]! < y[0]! ? -1 : 1)),
+    );
+    expect(s.deps.metrics.processed.get({ consumer: 'balances' })).toBe(4);
+    expect(s.deps.metrics.duplicates.get({ consumer: 'balances' })).toBe(7);
+  });
+});
+
 describe('handleBatch - order and infrastructure failures', () => {
   it("defers the later messages of a failing message's aggregate so none overtakes it, and commits the other aggregates", async () => {
     const a1 = openedEvent({ owner: 'ord-owner', accountId: 'account-a' });
