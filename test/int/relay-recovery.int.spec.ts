@@ -3,20 +3,27 @@ import { errors, type NatsConnection } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
 import { natsConnectionOptions } from '../../src/nats/connect.ts';
 import { accountCommands } from '../support/accounts.ts';
+import type { StreamSettings } from '../../src/nats/stream-settings.ts';
 import { createTestDb } from '../support/db.ts';
 import { eventually } from '../support/eventually.ts';
-import { natsClient, startNats } from '../support/nats.ts';
+import { natsClient, startNats, type NatsServer } from '../support/nats.ts';
 import { relayDeps, runRelay } from '../support/relay.ts';
 import { createStream, ownStream, readStream } from '../support/stream.ts';
+
+/** A stream tagged `tag` (ownStream), created on `broker`. */
+async function streamOn(broker: NatsServer, tag: string): Promise<StreamSettings> {
+  const stream = ownStream(tag);
+  const admin = await natsClient(broker.url);
+  await createStream(admin, stream);
+  await admin.close();
+  return stream;
+}
 
 describe('relay - recovery after a broker outage', () => {
   it('publishes within moments of the broker coming back, not after the rest of a back-off grown long during the outage', async () => {
     await using broker = await startNats();
     await using t = await createTestDb();
-    const stream = ownStream('RECOVERY');
-    const admin = await natsClient(broker.url);
-    await createStream(admin, stream);
-    await admin.close();
+    const stream = await streamOn(broker, 'RECOVERY');
     const { relay, metrics, stop } = runRelay(
       relayDeps(t, broker.url, {
         stream,
@@ -46,10 +53,7 @@ describe('relay - recovery after a broker outage', () => {
   it('connects within moments of a broker that was down when it started, however long its back-off has grown', async () => {
     await using broker = await startNats();
     await using t = await createTestDb();
-    const stream = ownStream('DOWNATSTART');
-    const admin = await natsClient(broker.url);
-    await createStream(admin, stream);
-    await admin.close();
+    const stream = await streamOn(broker, 'DOWNATSTART');
     await broker.kill();
     const ids = await accountCommands(t.deps).openMany(5);
     const { metrics, stop } = runRelay(
@@ -74,10 +78,7 @@ describe('relay - recovery after a broker outage', () => {
   it('still backs off a broker that refuses every publish although the connection comes back during each attempt', async () => {
     await using broker = await startNats();
     await using t = await createTestDb();
-    const stream = ownStream('FLAPPING');
-    const admin = await natsClient(broker.url);
-    await createStream(admin, stream);
-    await admin.close();
+    const stream = await streamOn(broker, 'FLAPPING');
     let nc: NatsConnection | undefined;
     let reconnects = 0;
     /** When each attempt reached its publishes, and when its connection was back and the broker refused them. */
