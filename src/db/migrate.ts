@@ -46,15 +46,15 @@ export async function migrateDatabase(client: Client, folder: string): Promise<n
       if (m.folderMillis <= lastAt) continue;
       const fail = (detail: string, cause?: unknown) => new MigrationError(folder, index, m.folderMillis, detail, cause);
       const statements = m.sql.filter((s) => s.trim());
-      const triggersBefore = await triggersOf(tx);
+      const triggers = await triggerKeeper(tx);
       for (const [i, stmt] of statements.entries()) {
         try {
           await tx.execute(stmt);
         } catch (error) {
           throw fail(`failed at statement ${i + 1}: ${error instanceof Error ? error.message : String(error)}`, error);
         }
+        await triggers.after(stmt, fail);
       }
-      await restoreDroppedTriggers(tx, triggersBefore, statements, fail);
       if (keysOff) {
         const violation = await firstForeignKeyViolation(tx);
         if (violation) throw fail(`leaves rows that violate a foreign key (first: ${violation})`);
@@ -90,46 +90,62 @@ async function triggersOf(tx: Transaction): Promise<Map<string, Trigger>> {
   return new Map(rs.rows.map((r) => [String(r[0]), { name: String(r[0]), table: String(r[1]), sql: String(r[2]) }]));
 }
 
-/** `DROP TRIGGER [IF EXISTS] [schema.]name`, quoted or not; the name is the last group. */
-const DROP_TRIGGER = /\bDROP\s+TRIGGER\s+(?:IF\s+EXISTS\s+)?(?:["`[]?\w+["`\]]?\.)?["`[]?(\w+)/gi;
+/** A statement that drops a trigger on purpose (leading comments aside). */
+const DROPS_TRIGGER = /^(?:\s|--[^\n]*(?:\n|$)|\/\*[\s\S]*?\*\/)*DROP\s+TRIGGER\b/i;
 
-/** The triggers `statements` drop by name (lower case), comments aside. */
-function droppedByName(statements: string[]): Set<string> {
-  const text = statements
-    .join('\n')
-    .replace(/--[^\n]*/g, '')
-    .replace(/\/\*[\s\S]*?\*\//g, '');
-  return new Set([...text.matchAll(DROP_TRIGGER)].map((m) => m[1]!.toLowerCase()));
-}
+const quoted = (name: string) => `"${name.replaceAll('"', '""')}"`;
 
 /**
  * Triggers are not part of a drizzle schema: when drizzle-kit rebuilds a table (create `__new_x`, copy, drop `x`,
- * rename), the DROP takes the table's triggers with it and nothing in the migration creates them again. A trigger
- * that guards data (an edit unmarking a validated outbox row, a counter the relay's floor relies on) would then be
- * gone without a word. So each trigger that a migration's statements did not drop by name is created again, as it
- * was, once its table is back (a migration that means to drop one says DROP TRIGGER); one SQLite refuses to create
- * on the new table fails the migration.
+ * rename) or a view (drop, create), the DROP takes their triggers with it and nothing in the migration creates them
+ * again. A trigger that guards data (an edit unmarking a validated outbox row, a counter the relay's floor relies on)
+ * would then be gone without a word. So, after each statement of a migration, a trigger that vanished is created
+ * again, as it was, as soon as its table or view exists again (right after the rename, so later statements of the
+ * same migration run under it), unless the statement was a DROP TRIGGER. A trigger that cannot run on the new table
+ * (its body names a column the rebuild removed) fails the migration: SQLite checks a trigger's body only when it
+ * compiles a statement that fires it, so each one created again is fired that way at once, on no row.
  */
-async function restoreDroppedTriggers(
-  tx: Transaction,
-  before: Map<string, Trigger>,
-  statements: string[],
-  fail: (detail: string, cause?: unknown) => MigrationError,
-): Promise<void> {
-  const after = await triggersOf(tx);
-  const dropped = droppedByName(statements);
-  const tables = new Set((await tx.execute("SELECT lower(name) FROM sqlite_master WHERE type = 'table'")).rows.map((r) => String(r[0])));
-  for (const trigger of before.values()) {
-    if (after.has(trigger.name) || dropped.has(trigger.name.toLowerCase()) || !tables.has(trigger.table.toLowerCase())) continue;
-    try {
-      await tx.execute(trigger.sql);
-    } catch (error) {
-      throw fail(
-        `dropped trigger ${trigger.name} with its table ${trigger.table} (a table rebuild), and it cannot be created again: ${error instanceof Error ? error.message : String(error)}; drop or recreate it in the migration`,
-        error,
-      );
-    }
-  }
+async function triggerKeeper(tx: Transaction) {
+  let known = await triggersOf(tx);
+  const vanished = new Map<string, Trigger>();
+  return {
+    async after(stmt: string, fail: (detail: string, cause?: unknown) => MigrationError): Promise<void> {
+      const now = await triggersOf(tx);
+      const onPurpose = DROPS_TRIGGER.test(stmt);
+      for (const [name, trigger] of known) if (!now.has(name) && !onPurpose) vanished.set(name, trigger);
+      for (const name of now.keys()) vanished.delete(name);
+      known = now;
+      if (vanished.size === 0) return;
+      const objects = new Set((await tx.execute("SELECT lower(name) FROM sqlite_master WHERE type IN ('table', 'view')")).rows.map((r) => String(r[0])));
+      for (const trigger of [...vanished.values()]) {
+        if (!objects.has(trigger.table.toLowerCase())) continue;
+        try {
+          await tx.execute(trigger.sql);
+          await compileFiring(tx, trigger);
+        } catch (error) {
+          throw fail(
+            `dropped trigger ${trigger.name} with ${trigger.table} (a rebuild), and it does not fit the new ${trigger.table}: ${error instanceof Error ? error.message : String(error)}; drop or recreate it in the migration`,
+            error,
+          );
+        }
+        vanished.delete(trigger.name);
+        known.set(trigger.name, trigger);
+      }
+    },
+  };
+}
+
+/** Runs, on no row at all (`WHERE 0`), the statement kind that fires `trigger`, every column named: it compiles the trigger. */
+async function compileFiring(tx: Transaction, trigger: Trigger): Promise<void> {
+  const afterName = trigger.sql.slice(Math.max(0, trigger.sql.indexOf(trigger.name) + trigger.name.length));
+  const event = /\b(DELETE|INSERT|UPDATE)\b/i.exec(afterName)?.[1]?.toUpperCase();
+  const target = quoted(trigger.table);
+  const rs = await tx.execute({ sql: 'SELECT name FROM pragma_table_xinfo(?) WHERE hidden = 0', args: [trigger.table] });
+  const columns = rs.rows.map((r) => quoted(String(r[0])));
+  if (columns.length === 0) return;
+  if (event === 'DELETE') await tx.execute(`DELETE FROM ${target} WHERE 0`);
+  else if (event === 'INSERT') await tx.execute(`INSERT INTO ${target} (${columns.join(', ')}) SELECT ${columns.join(', ')} FROM ${target} WHERE 0`);
+  else if (event === 'UPDATE') await tx.execute(`UPDATE ${target} SET ${columns.map((c) => `${c} = ${c}`).join(', ')} WHERE 0`);
 }
 
 /** `table row N → parent`, for the first row PRAGMA foreign_key_check reports, or undefined when there is none. */

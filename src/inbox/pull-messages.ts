@@ -1,7 +1,7 @@
 import { jetstream, jetstreamManager, type Consumer, type ConsumerInfo, type JsMsg } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/nats-core';
 import type { Logger } from '../logger.ts';
-import { CONNECT_RETRY_MS, type ConnectNats } from '../nats/connect.ts';
+import { CONNECT_RETRY_MS, connectUnlessStopped, type ConnectNats } from '../nats/connect.ts';
 import { ensureConsumer, UnsafeConsumerConfigError, type ConsumerSettings } from '../nats/ensure-consumer.ts';
 import { ensureStream, UnsafeStreamConfigError } from '../nats/ensure-stream.ts';
 import type { StreamSettings } from '../nats/stream-settings.ts';
@@ -58,7 +58,9 @@ export async function pullMessages(s: PullSettings, target: PullTarget, signal: 
   while (!signal.aborted) {
     let nc: NatsConnection;
     try {
-      nc = await s.connect();
+      const opened = await connectUnlessStopped(s.connect, signal);
+      if (!opened) break;
+      nc = opened;
     } catch (error) {
       // without a connection no reconnect can end the wait: try connecting again at least every CONNECT_RETRY_MS
       await failed(error, CONNECT_RETRY_MS);

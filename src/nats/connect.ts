@@ -48,3 +48,29 @@ export function natsConnectionOptions(s: NatsConnectSettings): ConnectionOptions
 
 /** Opens a connection; each runtime's entry passes its transport (`connect` or `wsconnect`). */
 export type ConnectNats = () => Promise<NatsConnection>;
+
+/**
+ * `connect()`, or undefined as soon as `signal` aborts (at once when it already has): a broker host that accepts the
+ * TCP connection and never answers holds a connect until the client's own timeout (20 s), longer than a stop may
+ * wait. A connection that arrives after the stop is closed.
+ */
+export async function connectUnlessStopped(connect: ConnectNats, signal: AbortSignal): Promise<NatsConnection | undefined> {
+  if (signal.aborted) return undefined;
+  const attempt = connect();
+  let onAbort: () => void = () => undefined;
+  const stopped = new Promise<undefined>((resolve) => {
+    onAbort = () => resolve(undefined);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+  try {
+    const nc = await Promise.race([attempt, stopped]);
+    if (nc === undefined)
+      attempt.then(
+        (late) => late.close().catch(() => undefined),
+        () => undefined,
+      );
+    return nc;
+  } finally {
+    signal.removeEventListener('abort', onAbort);
+  }
+}

@@ -1,7 +1,7 @@
 import { jetstreamManager } from '@nats-io/jetstream';
 import { createAckPublisher, type AckPublisher } from '../nats/ack-publisher.ts';
 import type { NatsConnection, Subscription } from '@nats-io/nats-core';
-import { CONNECT_RETRY_MS, type ConnectNats } from '../nats/connect.ts';
+import { CONNECT_RETRY_MS, connectUnlessStopped, type ConnectNats } from '../nats/connect.ts';
 import { ensureStream, UnsafeStreamConfigError } from '../nats/ensure-stream.ts';
 import { kickSubject, type StreamSettings } from '../nats/stream-settings.ts';
 import type { Signal } from '../signal.ts';
@@ -158,7 +158,9 @@ export function createRelay(deps: RelayDeps): Relay {
           try {
             if (!nc || nc.isClosed()) {
               streamReady = false;
-              nc = await deps.connect();
+              const opened = await connectUnlessStopped(deps.connect, stop.signal);
+              if (!opened) break;
+              nc = opened;
               publisher = createAckPublisher(nc, deps.settings.publishTimeoutMs);
               void (async (statuses: AsyncIterable<{ type: string }>) => {
                 for await (const status of statuses)
