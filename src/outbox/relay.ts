@@ -58,7 +58,8 @@ export type Relay = {
  * stops), then pass after pass over the rows of the partitions it leases, its marks fenced by their epochs. It sleeps
  * until woken or for pollMs when idle, and backs off the whole worker 1 s, 2 s, 4 s … max (jittered) while the
  * broker is unavailable; a reconnect ends that wait, or skips it when the connection came back during the failed
- * attempt and the failure before (if any since the last good pass) was waited out in full. An unsafe stream
+ * attempt and the failure before (if any since the last good pass) was waited out in full; without a connection it
+ * tries to connect again at least every CONNECT_RETRY_MS, and a stop ends a connect that hangs. An unsafe stream
  * configuration or a refused partition count is fatal: `run` rejects with UnsafeStreamConfigError or
  * PartitionCountChangeError. Registers the relay's gauges (outbox_relay_broker_up,
  * outbox_relay_last_pass_timestamp_seconds, outbox_relay_partitions_owned) in `deps.metrics`.

@@ -28,6 +28,7 @@ type StatusJson = {
 // installs Chromium first, so CI always runs the real test.
 if (!CHROMIUM) {
   describe('status page - in headless Chromium', () => {
+    // skipped: no Chromium on this machine (.ci/run installs it, so CI always runs the real test below)
     it.skip('SKIPPED: no Chromium at /usr/bin/chromium (apt-get install -y chromium)', () => undefined);
   });
 } else {

@@ -28,6 +28,17 @@ async function silentServer(): Promise<{ url: string; close(): Promise<void> }> 
   };
 }
 
+/** Starts `run` with a signal, aborts it 300 ms later (while it connects), and resolves with the ms its run took to end. */
+async function msToStop(run: (signal: AbortSignal) => Promise<unknown>): Promise<number> {
+  const abort = new AbortController();
+  const running = run(abort.signal);
+  await new Promise((r) => setTimeout(r, 300));
+  const stoppedAt = Date.now();
+  abort.abort();
+  await running;
+  return Date.now() - stoppedAt;
+}
+
 describe('connect loops - a stop while connecting to a broker that never answers', () => {
   it('the relay stops within a second of its stop signal while a connect hangs on a broker that does not answer', async () => {
     // the stop lands while `connect` waits for the server's INFO (nats.js times out after 20 s)
@@ -35,13 +46,7 @@ describe('connect loops - a stop while connecting to a broker that never answers
     const silent = await silentServer();
     try {
       const relay = createRelay(relayDeps(t, silent.url));
-      const abort = new AbortController();
-      const running = relay.run({ signal: abort.signal });
-      await new Promise((r) => setTimeout(r, 300));
-      const stoppedAt = Date.now();
-      abort.abort();
-      await running;
-      expect(Date.now() - stoppedAt).toBeLessThan(1000);
+      expect(await msToStop((signal) => relay.run({ signal }))).toBeLessThan(1000);
     } finally {
       await silent.close();
     }
@@ -52,13 +57,7 @@ describe('connect loops - a stop while connecting to a broker that never answers
     const silent = await silentServer();
     try {
       const runner = testRunner(sdb, silent.url, audit, ownStream('HANG'));
-      const abort = new AbortController();
-      const running = runner.run({ signal: abort.signal });
-      await new Promise((r) => setTimeout(r, 300));
-      const stoppedAt = Date.now();
-      abort.abort();
-      await running;
-      expect(Date.now() - stoppedAt).toBeLessThan(1000);
+      expect(await msToStop((signal) => runner.run({ signal }))).toBeLessThan(1000);
     } finally {
       await silent.close();
     }

@@ -2,13 +2,12 @@
 // rebuild of their table or view): names of any kind, statements later in the same migration, triggers that no
 // longer fit.
 import { createClient, type Client } from '@libsql/client';
-import { cpSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { migrateDatabase, MigrationError } from '../../src/db/migrate.ts';
 import { prepareLocalDatabase } from '../../src/db/open-database.ts';
 import { createTempDir } from '../support/db.ts';
-import { FIXTURE_MIGRATIONS } from '../support/fixture/modules.ts';
+import { migrationsFolder as migrationsFolderIn, statements } from '../support/migrations-folder.ts';
 
 const cleanups: Array<() => void> = [];
 afterEach(() => {
@@ -21,24 +20,12 @@ function tempDir(): string {
   return tmp.dir;
 }
 
-type Journal = { version: string; dialect: string; entries: Array<{ idx: number; version: string; when: number; tag: string; breakpoints: boolean }> };
-
 /** The fixture's service migrations followed by `extra` (name → statements), in a temp folder. */
-function migrationsFolder(extra: ReadonlyArray<readonly [name: string, statements: string[]]>): string {
-  const folder = join(tempDir(), 'migrations');
-  cpSync(FIXTURE_MIGRATIONS.service, folder, { recursive: true });
-  const journalPath = join(folder, 'meta', '_journal.json');
-  const journal = JSON.parse(readFileSync(journalPath, 'utf8')) as Journal;
-  for (const [name, statements] of extra) {
-    const last = journal.entries.at(-1)!;
-    const idx = journal.entries.length;
-    const tag = `${String(idx).padStart(4, '0')}_${name}`;
-    journal.entries.push({ idx, version: last.version, when: last.when + 1000, tag, breakpoints: true });
-    writeFileSync(join(folder, `${tag}.sql`), statements.join('--> statement-breakpoint\n'));
-  }
-  writeFileSync(journalPath, JSON.stringify(journal, null, 2));
-  return folder;
-}
+const migrationsFolder = (extra: ReadonlyArray<readonly [name: string, statements: string[]]>): string =>
+  migrationsFolderIn(
+    tempDir(),
+    extra.map(([name, sql]) => [name, statements(...sql)] as const),
+  ).folder;
 
 async function freshDatabase(): Promise<Client> {
   const client = createClient({ url: `file:${join(tempDir(), 'app.db')}`, timeout: 5000 });
@@ -71,41 +58,26 @@ async function insertAccount(client: Client, id: string, owner: string): Promise
 }
 
 describe('migrations - the triggers a rebuild drops with its table or view', () => {
-  it('a trigger whose name is not a plain word (a hyphen) stays dropped when a migration says DROP TRIGGER for it', async () => {
-    // a name that is not one word: only the statement kind tells that the drop was meant
+  // a name that is not one word: only the statement kind tells that the drop was meant
+  it.each([
+    ['a hyphen', '`accounts-owner-audit`', 'accounts-owner-audit'],
+    ['non-ASCII letters', '"prüfung"', 'prüfung'],
+  ])('a trigger whose name has %s stays dropped when a migration says DROP TRIGGER for it', async (_, quotedName, name) => {
     const client = await freshDatabase();
     const folder = migrationsFolder([
       [
         'audit',
         [
           OWNER_CHANGES,
-          'CREATE TRIGGER `accounts-owner-audit` AFTER UPDATE OF `owner` ON `accounts` BEGIN INSERT INTO `owner_changes` VALUES (NEW.`id`, NEW.`owner`); END;',
+          `CREATE TRIGGER ${quotedName} AFTER UPDATE OF \`owner\` ON \`accounts\` BEGIN INSERT INTO \`owner_changes\` VALUES (NEW.\`id\`, NEW.\`owner\`); END;`,
         ],
       ],
-      ['drop_audit', ['DROP TRIGGER `accounts-owner-audit`;']],
+      ['drop_audit', [`DROP TRIGGER ${quotedName};`]],
     ]);
 
     await migrateDatabase(client, folder);
 
-    expect(await triggerNames(client)).not.toContain('accounts-owner-audit');
-  });
-
-  it('a trigger with a non-ASCII name stays dropped when a migration says DROP TRIGGER for it', async () => {
-    const client = await freshDatabase();
-    const folder = migrationsFolder([
-      [
-        'audit',
-        [
-          OWNER_CHANGES,
-          'CREATE TRIGGER "prüfung" AFTER UPDATE OF `owner` ON `accounts` BEGIN INSERT INTO `owner_changes` VALUES (NEW.`id`, NEW.`owner`); END;',
-        ],
-      ],
-      ['drop_audit', ['DROP TRIGGER "prüfung";']],
-    ]);
-
-    await migrateDatabase(client, folder);
-
-    expect(await triggerNames(client)).not.toContain('prüfung');
+    expect(await triggerNames(client)).not.toContain(name);
   });
 
   it('a rebuild after which a dropped trigger can no longer run fails the migration with a MigrationError, rolled back whole', async () => {

@@ -4,12 +4,10 @@
 // DROP TABLE outbox, rename — what it generates for a new CHECK, a changed NOT NULL or type), the DROP takes the
 // trigger with it and the copy keeps every mark. migrateDatabase creates such triggers again; without that, an edit of
 // a marked row's data would keep the mark and the relay would publish an event no subscriber accepts.
-import { cpSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { accountCommands } from '../support/accounts.ts';
 import { createTempDir, createTestDb } from '../support/db.ts';
-import { FIXTURE_MIGRATIONS } from '../support/fixture/modules.ts';
+import { migrationsFolder } from '../support/migrations-folder.ts';
 import { drainOutbox, relayDeps } from '../support/relay.ts';
 import { ownStream, readStream } from '../support/stream.ts';
 import { useNats } from '../support/use-nats.ts';
@@ -52,27 +50,11 @@ CREATE INDEX \`idx_outbox_retrying\` ON \`outbox\` (\`aggregate_type\`,\`aggrega
 CREATE INDEX \`idx_outbox_retry_due\` ON \`outbox\` (\`available_at\`) WHERE "outbox"."attempts" > 0 AND "outbox"."status" = 'pending';--> statement-breakpoint
 CREATE INDEX \`idx_outbox_unhashed\` ON \`outbox\` (\`aggregate_type\`,\`aggregate_id\`,\`seq\`) WHERE "outbox"."aggregate_hash" IS NULL AND "outbox"."status" != 'sent';`;
 
-/** The fixture's service migrations and, after them, the drizzle-kit rebuild of `outbox`, in a temp folder. */
-function migrationsWithRebuild(dir: string): string {
-  const folder = join(dir, 'migrations');
-  cpSync(FIXTURE_MIGRATIONS.service, folder, { recursive: true });
-  const journalPath = join(folder, 'meta', '_journal.json');
-  const journal = JSON.parse(readFileSync(journalPath, 'utf8')) as {
-    entries: Array<{ idx: number; version: string; when: number; tag: string; breakpoints: boolean }>;
-  };
-  const last = journal.entries.at(-1)!;
-  const tag = `${String(last.idx + 1).padStart(4, '0')}_outbox_mark_check`;
-  journal.entries.push({ idx: last.idx + 1, version: last.version, when: last.when + 1000, tag, breakpoints: true });
-  writeFileSync(journalPath, JSON.stringify(journal, null, 2));
-  writeFileSync(join(folder, `${tag}.sql`), REBUILD);
-  return folder;
-}
-
 describe('relay row check - the mark survives only as long as what clears it', () => {
   // a drizzle-kit rebuild of the outbox (a later, ordinary migration), then an operator's data fix on a pending row
   it('after a migration that rebuilds the outbox table, a marked row whose data was edited into an invalid event is not published', async () => {
     using tmp = createTempDir('outbox-rebuild-');
-    await using t = await createTestDb({ migrations: migrationsWithRebuild(tmp.dir) });
+    await using t = await createTestDb({ migrations: migrationsFolder(tmp.dir, [['outbox_mark_check', REBUILD]]).folder });
     const stream = ownStream('REBUILT');
     await accountCommands(t.deps).open('ann');
     // an operator "fixes" the pending event's data by hand (here: drops data.owner, which the schema requires)

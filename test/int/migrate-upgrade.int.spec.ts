@@ -1,6 +1,6 @@
 // Migrations applied to a database that already holds data: drizzle-kit's table rebuilds, foreign keys, failures.
 import { createClient, type Client } from '@libsql/client';
-import { cpSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { migrateDatabase, MigrationError } from '../../src/db/migrate.ts';
@@ -11,10 +11,9 @@ import { registryOf } from '../../src/compose/define-modules.ts';
 import { silentLogger } from '../../src/logger.ts';
 import { accountCommands } from '../support/accounts.ts';
 import { createTempDir } from '../support/db.ts';
-import { FIXTURE_MIGRATIONS, fixtureModules } from '../support/fixture/modules.ts';
+import { fixtureModules } from '../support/fixture/modules.ts';
+import { migrationsFolder as migrationsFolderIn, type Journal } from '../support/migrations-folder.ts';
 import { runtimeCommand, runToExit } from '../support/process.ts';
-
-const MIGRATIONS = FIXTURE_MIGRATIONS.service;
 
 const cleanups: Array<() => void> = [];
 afterEach(() => {
@@ -27,26 +26,8 @@ function tempDir(): string {
   return tmp.dir;
 }
 
-type Journal = { version: string; dialect: string; entries: Array<{ idx: number; version: string; when: number; tag: string; breakpoints: boolean }> };
-
 /** A migrations folder: the committed migrations followed by `extra` (name → SQL with drizzle-kit breakpoints), in order. */
-function migrationsFolder(extra: ReadonlyArray<readonly [name: string, sql: string]>): { folder: string; tags: string[] } {
-  const folder = join(tempDir(), 'migrations');
-  cpSync(MIGRATIONS, folder, { recursive: true });
-  const journalPath = join(folder, 'meta', '_journal.json');
-  const journal = JSON.parse(readFileSync(journalPath, 'utf8')) as Journal;
-  const tags: string[] = [];
-  for (const [name, sql] of extra) {
-    const last = journal.entries.at(-1)!;
-    const idx = journal.entries.length;
-    const tag = `${String(idx).padStart(4, '0')}_${name}`;
-    journal.entries.push({ idx, version: last.version, when: last.when + 1000, tag, breakpoints: true });
-    writeFileSync(join(folder, `${tag}.sql`), sql);
-    tags.push(tag);
-  }
-  writeFileSync(journalPath, JSON.stringify(journal, null, 2));
-  return { folder, tags };
-}
+const migrationsFolder = (extra: ReadonlyArray<readonly [name: string, sql: string]>) => migrationsFolderIn(tempDir(), extra);
 
 /** A table referencing `accounts` (the fixture has none of its own): what makes a rebuild of `accounts` delicate. */
 const HOLDERS: [name: string, sql: string] = [
