@@ -52,7 +52,7 @@ export type ConnectNats = () => Promise<NatsConnection>;
 /**
  * `connect()`, or undefined as soon as `signal` aborts (at once when it already has): a broker host that accepts the
  * TCP connection and never answers holds a connect until the client's own timeout (20 s), longer than a stop may
- * wait. A connection that arrives after the stop is closed.
+ * wait. A connection that arrives after (or together with) the stop is closed.
  */
 export async function connectUnlessStopped(connect: ConnectNats, signal: AbortSignal): Promise<NatsConnection | undefined> {
   if (signal.aborted) return undefined;
@@ -69,6 +69,11 @@ export async function connectUnlessStopped(connect: ConnectNats, signal: AbortSi
         (late) => late.close().catch(() => undefined),
         () => undefined,
       );
+    else if (signal.aborted) {
+      // the connect won the race in the same turn as the stop
+      await nc.close().catch(() => undefined);
+      return undefined;
+    }
     return nc;
   } finally {
     signal.removeEventListener('abort', onAbort);

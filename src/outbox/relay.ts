@@ -190,6 +190,8 @@ export function createRelay(deps: RelayDeps): Relay {
             continue;
           }
 
+          // a stop that landed while connecting or ensuring the stream: no leases claimed, nothing published
+          if (stop.signal.aborted) break;
           // The partition count before any lease: a relay must not claim partitions of a count it was asked to change.
           // Only once the broker answered, so a relay that cannot publish never takes partitions from one that can.
           if (!leases) {
@@ -223,6 +225,7 @@ export function createRelay(deps: RelayDeps): Relay {
             await leases.ready();
             leaseVersion = leases.version();
           }
+          if (stop.signal.aborted) break;
           const held = leases;
           const active = held.active();
           if (held.version() !== leaseVersion) {
