@@ -325,6 +325,8 @@ describe('relay leases - several relay processes on one outbox', () => {
       eventually(async () => sample(await scrape(b), 'outbox_relay_lease_losses_total'), { timeoutMs: 10_000, what: 'relay-b counting its lost leases' }),
     );
     expect(losses).toBeGreaterThan(0);
+    // log lines go out once per event-loop turn (src/entry/stdout-lines.ts), so the line may trail the counter a little
+    await eventually(async () => b.stdout().includes('leases: lost partitions'), { timeoutMs: 5000, what: "relay-b's log line about its lost partitions" });
     expect(b.stdout()).toContain('leases: lost partitions');
     // it rejoins: the partitions are split again
     await withOutput(
