@@ -68,13 +68,27 @@ function rawMessages(rows: Row[]) {
   });
 }
 
-/** Raw pipelined publish of `messages` on one connection, IN_FLIGHT at a time, to a fresh stream; messages per second. */
-async function rawPublish(url: string, jsm: JetStreamManager, name: string, messages: ReturnType<typeof rawMessages>): Promise<number> {
+/** What raw publishing reached, and the CPU it took per message: this process (the publisher) and nats-server. */
+type RawRun = { perSec: number; cpuUsPerMsg: number; natsCpuUsPerMsg: number | undefined };
+
+/**
+ * Raw pipelined publish of `messages` on one connection, IN_FLIGHT at a time, to a fresh stream: messages per second,
+ * and CPU per message of this process (which does nothing else meanwhile) and of nats-server (`natsPid`).
+ */
+async function rawPublish(
+  url: string,
+  jsm: JetStreamManager,
+  name: string,
+  messages: ReturnType<typeof rawMessages>,
+  natsPid: number | undefined,
+): Promise<RawRun> {
   const stream = { ...TEST_STREAM, name, prefix: name.toLowerCase(), maxBytes: 2 * 1024 ** 3 };
   await ensureStream(jsm, stream);
   const nc = await connect({ servers: [url], noAsyncTraces: true });
   const js = jetstream(nc);
   const start = performance.now();
+  const cpuStart = process.cpuUsage();
+  const natsStart = cpuSecondsOf(natsPid);
   const inFlight = createInFlight(IN_FLIGHT);
   for (const m of messages) {
     // as the relay does: no await while a slot is free, so one turn's publishes share a socket write
@@ -83,9 +97,15 @@ async function rawPublish(url: string, jsm: JetStreamManager, name: string, mess
   }
   await inFlight.drained();
   const secs = (performance.now() - start) / 1000;
+  const cpu = process.cpuUsage(cpuStart);
+  const natsEnd = cpuSecondsOf(natsPid);
   await nc.close();
   await jsm.streams.delete(name);
-  return messages.length / secs;
+  return {
+    perSec: messages.length / secs,
+    cpuUsPerMsg: round((cpu.user + cpu.system) / messages.length, 1),
+    natsCpuUsPerMsg: natsStart === undefined || natsEnd === undefined ? undefined : round(((natsEnd - natsStart) * 1e6) / messages.length, 1),
+  };
 }
 
 /** Live relay leases by owner. */
@@ -343,8 +363,11 @@ export async function benchRelayProcesses(o: RelayProcessesOptions & { save?: bo
     nc = await connect({ servers: [nats.url] });
     const jsm = await jetstreamManager(nc);
     const messages = rawMessages(rows);
-    const rawBefore = await rawPublish(nats.url, jsm, 'RAW_BEFORE', messages);
-    console.log(`raw pipelined publish (before): ${Math.round(rawBefore)} msg/s`);
+    const rawRunBefore = await rawPublish(nats.url, jsm, 'RAW_BEFORE', messages, natsPid);
+    const rawBefore = rawRunBefore.perSec;
+    console.log(
+      `raw pipelined publish (before): ${Math.round(rawBefore)} msg/s, CPU ${rawRunBefore.cpuUsPerMsg} + ${rawRunBefore.natsCpuUsPerMsg ?? '?'} µs/msg publisher + nats`,
+    );
 
     const ctx = { dir, empty, seed, natsUrl: nats.url, natsPid, jsm, rows: o.rows, leaseTtlMs: o.leaseTtlMs };
     const results: Array<RoundResult & { rounds: number[] }> = [];
@@ -362,8 +385,11 @@ export async function benchRelayProcesses(o: RelayProcessesOptions & { save?: bo
       results.push({ ...chosen, rounds: rounds.map((x) => x.perSec) });
     }
     const cold = await coldStart(ctx);
-    const rawAfter = await rawPublish(nats.url, jsm, 'RAW_AFTER', messages);
-    console.log(`raw pipelined publish (after):  ${Math.round(rawAfter)} msg/s`);
+    const rawRunAfter = await rawPublish(nats.url, jsm, 'RAW_AFTER', messages, natsPid);
+    const rawAfter = rawRunAfter.perSec;
+    console.log(
+      `raw pipelined publish (after):  ${Math.round(rawAfter)} msg/s, CPU ${rawRunAfter.cpuUsPerMsg} + ${rawRunAfter.natsCpuUsPerMsg ?? '?'} µs/msg publisher + nats`,
+    );
     const raw = (rawBefore + rawAfter) / 2;
     const one = results.find((x) => x.relays === 1)?.perSec ?? results[0]!.perSec;
 
@@ -414,6 +440,13 @@ export async function benchRelayProcesses(o: RelayProcessesOptions & { save?: bo
       cpus: cpus().length,
       leaseTtlMs: o.leaseTtlMs,
       rawPublishPerSec: { before: Math.round(rawBefore), after: Math.round(rawAfter) },
+      rawCpuUsPerMsg: {
+        publisher: round((rawRunBefore.cpuUsPerMsg + rawRunAfter.cpuUsPerMsg) / 2, 1),
+        nats:
+          rawRunBefore.natsCpuUsPerMsg === undefined || rawRunAfter.natsCpuUsPerMsg === undefined
+            ? undefined
+            : round((rawRunBefore.natsCpuUsPerMsg + rawRunAfter.natsCpuUsPerMsg) / 2, 1),
+      },
       relays: table,
       coldStart: cold,
     };

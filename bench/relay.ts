@@ -1,8 +1,9 @@
 // npm run bench:relay — for each payload size (--sizes 0,1024,8192: the example order, ~1 KiB, ~8 KiB), one relay
 // PROCESS (the real entry, as `npm run relay` starts it) draining --rows 30000 rows, timed by the stream from its
 // first message to its last, against raw pipelined JetStream publishing (256 in flight) of the same messages (same
-// bodies, headers, subjects and Nats-Msg-Ids) in the same run; plus spawn → first publish of a relay started on the
-// backlog, and backlog committed → first publish of a running one. --rounds R reports the median drain.
+// bodies, headers, subjects and Nats-Msg-Ids) in the same run, each with its CPU per message (the publishing process
+// and nats-server); plus spawn → first publish of a relay started on the backlog, and backlog committed → first
+// publish of a running one. --rounds R reports the median drain.
 //
 // npm run bench:relay -- --in-process — (a) raw pipelined JetStream publish vs (b) the relay draining the same number of
 // outbox rows in the benchmark's own process; (c) commit → PubAck lag at a steady command rate.
@@ -212,6 +213,7 @@ async function sizes(list: number[], rows: number, rounds: number): Promise<void
       rows,
       rawPublishPerSec: Math.round((r.rawPublishPerSec.before + r.rawPublishPerSec.after) / 2),
       rawBeforeAfter: r.rawPublishPerSec,
+      rawCpuUsPerMsg: r.rawCpuUsPerMsg,
       relayPerSec: one.perSec,
       roundsPerSec: one.roundsPerSec,
       ratioToRaw: one.ratioToRaw,
@@ -223,10 +225,12 @@ async function sizes(list: number[], rows: number, rounds: number): Promise<void
     });
   }
   console.log('\nrelay process vs raw pipelined publish (256 in flight), same messages, same run');
-  console.log('payload B | rows  | raw msg/s | relay ev/s | × raw | relay + nats CPU µs/event | spawn → 1st publish ms | backlog → 1st publish ms');
+  console.log(
+    'payload B | rows  | raw msg/s | relay ev/s | × raw | raw CPU µs/msg publisher + nats | relay + nats CPU µs/event | spawn → 1st publish ms | backlog → 1st publish ms',
+  );
   for (const x of runs)
     console.log(
-      `${String(x.avgPayloadBytes).padStart(9)} | ${String(x.rows).padStart(5)} | ${String(x.rawPublishPerSec).padStart(9)} | ${String(x.relayPerSec).padStart(10)} | ${String(x.ratioToRaw).padStart(5)} | ${`${x.relayCpuUsPerEvent} + ${x.natsCpuUsPerEvent ?? '?'}`.padStart(25)} | ${String(x.spawnToFirstPublishMs).padStart(22)} | ${String(x.insertToFirstPublishMs).padStart(24)}`,
+      `${String(x.avgPayloadBytes).padStart(9)} | ${String(x.rows).padStart(5)} | ${String(x.rawPublishPerSec).padStart(9)} | ${String(x.relayPerSec).padStart(10)} | ${String(x.ratioToRaw).padStart(5)} | ${`${x.rawCpuUsPerMsg.publisher} + ${x.rawCpuUsPerMsg.nats ?? '?'}`.padStart(31)} | ${`${x.relayCpuUsPerEvent} + ${x.natsCpuUsPerEvent ?? '?'}`.padStart(25)} | ${String(x.spawnToFirstPublishMs).padStart(22)} | ${String(x.insertToFirstPublishMs).padStart(24)}`,
     );
   console.log(`results: ${saveResult('relay', { bench: 'relay', mode: 'process', sizes: runs })}`);
 }
