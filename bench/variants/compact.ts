@@ -14,7 +14,7 @@ const db = createDatabase(client);
 let last = Date.now();
 console.log(JSON.stringify({ step: 'start', at: last }));
 const result = await compactOutbox(
-  { db, writer: createWriter(db) },
+  { db, writer: createWriter(db), clock: () => new Date() },
   {
     cutoffMs,
     batch,

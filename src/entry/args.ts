@@ -9,7 +9,8 @@ export class UsageError extends Error {
 
 /**
  * Parses `--name value`, `--name=value` and `--flag`; throws UsageError for an unknown option, an option given
- * twice, a missing value, or more than `positional` (default 0) positional words, which are returned in order.
+ * twice, a missing or empty value (`--name=`, `--name ''`), or more than `positional` (default 0) positional
+ * words, which are returned in order.
  */
 export function parseArgs(
   argv: string[],
@@ -32,7 +33,7 @@ export function parseArgs(
       flags.add(name);
     } else if (known.values.includes(name)) {
       const value = inline ?? argv[++i];
-      if (value === undefined || value.startsWith('--')) throw new UsageError(`--${name} needs a value`);
+      if (value === undefined || value === '' || value.startsWith('--')) throw new UsageError(`--${name} needs a value`);
       values[name] = value;
     } else {
       throw new UsageError(`unknown option --${name}`);

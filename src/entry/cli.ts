@@ -128,7 +128,10 @@ const commands: Record<string, Command> = {
     // sent rows are published: deleting them at any age breaks no guarantee, so there is no floor
     const cutoffMs = Date.now() - (given ?? config().OUTBOX_RETENTION);
     const result = await withDatabase((d) =>
-      compactOutbox(d, { cutoffMs, ...(batch ? { batch } : {}), onBatch: (p) => console.log(`batch ${p.batches}: ${p.deleted} sent row(s) deleted so far`) }),
+      compactOutbox(
+        { ...d, clock: () => new Date() },
+        { cutoffMs, ...(batch ? { batch } : {}), onBatch: (p) => console.log(`batch ${p.batches}: ${p.deleted} sent row(s) deleted so far`) },
+      ),
     );
     console.log(`deleted ${result.deleted} sent row(s) older than ${new Date(cutoffMs).toISOString()} in ${result.batches} batch(es)`);
   },

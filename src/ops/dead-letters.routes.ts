@@ -47,7 +47,8 @@ function toItem(d: DeadLetter) {
  * The dead-letter admin routes of the subscribers this process runs, behind `Authorization: Bearer <adminToken>`
  * (mount at /admin/subscribers): list them with their counts, page through a subscriber's dead letters (oldest
  * first, filtered by type and error text), replay one or all through the inbox, delete one or all (all needs
- * `?confirm=all`). Deletions are logged (warn) with the event ids. An unknown subscriber is a 404 problem.
+ * `?confirm=all` given once: any other or a repeated confirm is a 400 problem). Deletions are logged (warn) with
+ * the event ids. An unknown subscriber is a 404 problem.
  */
 export function createDeadLetterRoutes(deps: DeadLetterRoutesDeps): Hono {
   const byName = new Map(deps.subscribers.map((s) => [s.name, s]));
@@ -106,7 +107,9 @@ export function createDeadLetterRoutes(deps: DeadLetterRoutesDeps): Hono {
 
   app.delete('/:name/dead-letters', describeAdmin('Delete all dead letters (needs ?confirm=all)', { notFound: 'Unknown subscriber' }), async (c) => {
     const s = subscriberOf(c.req.param('name'));
-    if (c.req.query('confirm') !== 'all') throw new BadRequestError('Deleting every dead letter of a subscriber needs ?confirm=all.');
+    // every confirm value counts: `?confirm=all&confirm=no` is no confirmation
+    const confirm = c.req.queries('confirm') ?? [];
+    if (confirm.length !== 1 || confirm[0] !== 'all') throw new BadRequestError('Deleting every dead letter of a subscriber needs ?confirm=all, given once.');
     return c.json({ deleted: await discard(s, undefined) });
   });
 

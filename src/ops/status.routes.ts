@@ -1,5 +1,5 @@
 import { Hono } from 'hono';
-import { timingSafeEqual } from 'hono/utils/buffer';
+import { hasBearerToken } from './bearer-auth.ts';
 import { cacheFor } from './cache-for.ts';
 import { STATUS_PAGE_HTML, STATUS_PAGE_STYLE } from './status-page.ts';
 import { STATUS_PAGE_SCRIPT } from './status-page-script.ts';
@@ -32,12 +32,6 @@ async function contentSecurityPolicy(): Promise<string> {
   ].join('; ');
 }
 
-/** True when `authorization` is `Bearer <token>` for the configured admin token (compared in constant time). */
-async function hasAdminToken(authorization: string | undefined, token: string | undefined): Promise<boolean> {
-  if (!token || !authorization?.startsWith('Bearer ')) return false;
-  return timingSafeEqual(authorization.slice('Bearer '.length), token);
-}
-
 /**
  * GET / (the status page, HTML) and GET /status.json (what it shows; see readStatus), read at most once per
  * STATUS_TTL_MS however many pages poll. Both are public, like /metrics; the page's admin actions call the
@@ -59,7 +53,7 @@ export function createStatusRoutes(sources: StatusSources & { adminToken?: strin
     const current = await status();
     // The recent errors' fields can quote event data (a failed statement, a body that is not JSON): only an operator
     // with the admin token sees them; everyone else sees when and what kind of error happened.
-    const admin = await hasAdminToken(c.req.header('Authorization'), sources.adminToken);
+    const admin = await hasBearerToken(c.req.header('Authorization'), sources.adminToken);
     const errors = admin ? current.errors : current.errors.map((e) => ({ ...e, fields: {} }));
     return c.json({ ...current, errors, errorDetails: admin }, 200, { 'Cache-Control': 'no-store' });
   });

@@ -13,11 +13,14 @@ export type HeaderFields = Pick<IntegrationEvent, 'type' | 'aggregateType' | 'ag
 
 /** A value that would end its header line early: the header is left out rather than sent broken. */
 const LINE_BREAK = /[\r\n]/;
+/** Whitespace the broker would trim off a header value. */
+const EDGE_SPACE = /^\s|\s$/;
 
 /**
  * The message headers of an event (docs/architecture.md, "JetStream settings"): the event's own, then `traceparent`,
  * `tracestate` for each string in `extra`, `Correlation-Id` when it is a valid one (CORRELATION), and `Nats-Msg-Id`
- * when `extra.msgId` is given (a msgId holding a line break throws: a message must never lose its deduplication id). The event's fields were validated when it was stored (types, subject-safe tokens,
+ * when `extra.msgId` is given (a msgId holding a line break, or starting or ending with whitespace, throws: a message
+ * must never lose its deduplication id, nor share another's). The event's fields were validated when it was stored (types, subject-safe tokens,
  * an ISO time), so the header block is built directly instead of through `MsgHdrs.set`, whose per-call key and value
  * checks were a tenth of the relay's CPU; only the optional extras, which come from stored rows, are checked here.
  */
@@ -36,6 +39,8 @@ export function eventHeaders(event: HeaderFields, extra: ExtraHeaders = {}): Msg
   if (typeof extra.correlationId === 'string' && CORRELATION.test(extra.correlationId)) record['Correlation-Id'] = [extra.correlationId];
   if (extra.msgId !== undefined) {
     if (LINE_BREAK.test(extra.msgId)) throw new Error('an event id holding a line break cannot be a Nats-Msg-Id');
+    // the broker trims a header value: " e1" would be deduplicated against "e1", and the row marked sent unpublished
+    if (EDGE_SPACE.test(extra.msgId)) throw new Error('an event id with leading or trailing whitespace cannot be a Nats-Msg-Id');
     record['Nats-Msg-Id'] = [extra.msgId];
   }
   return MsgHdrsImpl.fromRecord(record);

@@ -18,7 +18,8 @@ export async function readPartitionCount(tx: Pick<Transaction, 'execute'>): Prom
 
 /**
  * In the caller's write transaction: gives each unsent row without an aggregate_hash (stored by a release before
- * partitions) its hash and its partition under the current count. Returns how many rows it changed.
+ * partitions, or cleared by a trigger of migration 0007) its hash and its partition under the current count, and
+ * counts it in outbox_relay_epoch, so every relay reads from its oldest pending row again. Returns how many rows it changed.
  */
 async function hashUnpartitionedRows(raw: Pick<Transaction, 'execute'>, count: number): Promise<number> {
   const legacy = await raw.execute(
@@ -31,6 +32,8 @@ async function hashUnpartitionedRows(raw: Pick<Transaction, 'execute'>, count: n
           FROM (SELECT value ->> '$[0]' AS seq, value ->> '$[1]' AS h FROM json_each(?1)) AS j WHERE outbox.seq = j.seq`,
     args: [JSON.stringify(hashes), count],
   });
+  // every relay's floor is void now, not only the caller's: a row given its partition may sit below any of them
+  await raw.execute('UPDATE outbox_relay_epoch SET retries_sent = retries_sent + 1 WHERE id = 1');
   return legacy.rows.length;
 }
 

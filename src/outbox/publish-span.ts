@@ -9,7 +9,7 @@ import { parseTraceHeaders, startSpan } from '../telemetry/trace-context.ts';
 export function startPublishSpan(
   tracer: Tracer,
   subject: string,
-  row: { id: string; attempts: number; message_type: string },
+  row: { id: string; attempts: number | null; message_type: string },
   stored: Record<string, unknown> | undefined,
 ): Span {
   // named by the event type, not the subject: a subject holds the aggregate id, and span names must stay few
@@ -21,7 +21,7 @@ export function startPublishSpan(
       'messaging.operation.type': 'send',
       'messaging.destination.name': subject,
       'messaging.message.id': row.id,
-      'outbox.attempt': row.attempts + 1,
+      'outbox.attempt': (row.attempts ?? 0) + 1,
     },
   });
 }

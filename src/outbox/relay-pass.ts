@@ -15,7 +15,7 @@ import type { OutboxMetrics, PublishErrorReason } from './outbox-metrics.ts';
 import { isBrokerUnavailable } from './publish-errors.ts';
 import { givePartitions } from './outbox-partitions.ts';
 import { endPublishSpan, failPublishSpan, startPublishSpan } from './publish-span.ts';
-import { aggregateKey, fetchPending, markSent, recordFailure, type Fetched, type Floor, type LeaseFence, type PendingRow } from './relay-store.ts';
+import { aggregateKey, fetchPending, markSent, parkRow, recordFailure, type Fetched, type Floor, type LeaseFence, type PendingRow } from './relay-store.ts';
 
 export type RelayPassSettings = {
   prefix: string;
@@ -100,9 +100,31 @@ export type RelayPassOptions = {
    * while a pass was under way, or it is being handed over), and the row is left to the partition's next owner.
    */
   isLeased?: (partition: number) => boolean;
+  /**
+   * The body the stream holds at a sequence (null when it holds none any more). A PubAck saying `duplicate` names the
+   * message stored earlier under the row's id; the row is marked sent only when that message is the row's payload,
+   * else it failed (an id reused for another event would otherwise be marked sent and never reach anyone). Without
+   * it, a duplicate is taken as the broker says.
+   */
+  storedBody?: (seq: number) => Promise<Uint8Array | null>;
 };
 
 type Prepared = { data: Uint8Array; headers: MsgHdrs };
+
+/** Whether two byte strings are equal. */
+function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/** Why a row whose id the stream already holds for another body is not marked sent. */
+const anotherMessage = (id: string, seq: number) =>
+  `the stream already holds another message under Nats-Msg-Id ${id} (stream sequence ${seq}): an event id was used twice`;
+
+/** Why a row whose attempts column holds no usable count is parked (see FETCH_PENDING_SQL). */
+const UNCOUNTED =
+  'the attempts column holds no count of attempts (text, a negative or an absurd number): parked with attempts reset, retry it once the row is checked';
 
 /** How far a fetch read the outbox: the highest seq when it came back partial, else its last row. */
 const scannedToOf = (f: Fetched, batch: number): Floor => ({ seq: f.rows.length < batch ? f.high : f.rows.at(-1)!.seq, epoch: f.epoch });
@@ -165,7 +187,7 @@ export async function relayPass(deps: RelayPassDeps, publisher: AckPublisher, op
   const s = deps.settings;
   const nowMs = deps.clock().getTime();
   const fence = options.lease;
-  // rows stored without a partition (by a release before partitions) get theirs first; they may sit below the floor
+  // rows without a partition (stored by a release before partitions, or by a script) get theirs first; they may sit below the floor
   const partitioned = await givePartitions(deps.db, deps.writer);
   const floor = partitioned > 0 ? undefined : options.floor;
   const partitions = fence ? [...fence.epochs.keys()] : undefined;
@@ -215,7 +237,7 @@ export async function relayPass(deps: RelayPassDeps, publisher: AckPublisher, op
       ...traceFields(span.spanContext()),
       id: row.id,
       type: row.message_type,
-      attempt: row.attempts + 1,
+      attempt: (row.attempts ?? 0) + 1,
       reason,
       error,
     });
@@ -267,6 +289,11 @@ export async function relayPass(deps: RelayPassDeps, publisher: AckPublisher, op
       const subject = eventSubject(s.prefix, row.aggregate_type, row.aggregate_id, row.partition);
       const stored = storedHeaders(row.headers);
       const span = startPublishSpan(deps.tracer, subject, row, stored);
+      if (row.attempts === null) {
+        // no count to retry it by: parked at once, and its aggregate's later rows wait behind it
+        fail(row, key, span, new Error(UNCOUNTED), 'invalid_event');
+        continue;
+      }
       let prepared: Prepared;
       try {
         prepared = prepare(row, stored, span, deps.registry, s);
@@ -276,7 +303,7 @@ export async function relayPass(deps: RelayPassDeps, publisher: AckPublisher, op
       }
       live++;
       unacked.add(key);
-      const done: AckCallback = (error, ack) => {
+      const finish: AckCallback = (error, ack) => {
         try {
           if (ack) {
             acked.push({ row, ack, at: deps.clock().getTime() });
@@ -288,6 +315,15 @@ export async function relayPass(deps: RelayPassDeps, publisher: AckPublisher, op
         } finally {
           settled(key);
         }
+      };
+      const { storedBody } = options;
+      const done: AckCallback = (error, ack) => {
+        if (!ack?.duplicate || !storedBody) return finish(error, ack);
+        // the row's aggregate stays in flight (its later rows wait) until the stored message is compared with it
+        storedBody(ack.seq).then(
+          (body) => (body === null || sameBytes(body, row.payload) ? finish(undefined, ack) : finish(new Error(anotherMessage(row.id, ack.seq)))),
+          (lookupError: unknown) => finish(lookupError),
+        );
       };
       const injected = deps.faults?.beforePublish?.(row);
       if (injected) queueMicrotask(() => done(injected));
@@ -312,7 +348,9 @@ export async function relayPass(deps: RelayPassDeps, publisher: AckPublisher, op
 
   const doneMs = deps.clock().getTime();
   if (acked.length > 0 || failures.length > 0) {
-    const retryAt = failures.map((f) => doneMs + backoffDelay(f.row.attempts + 1, { baseMs: s.backoffBaseMs, maxMs: s.maxBackoffMs, random: deps.random }));
+    const retryAt = failures.map(
+      (f) => doneMs + backoffDelay((f.row.attempts ?? 0) + 1, { baseMs: s.backoffBaseMs, maxMs: s.maxBackoffMs, random: deps.random }),
+    );
     result.marked = deps.writer
       .write(async (tx) => {
         const marked = await markSent(
@@ -324,7 +362,13 @@ export async function relayPass(deps: RelayPassDeps, publisher: AckPublisher, op
         const parked: Failure[] = [];
         let unchanged = 0;
         for (const [k, f] of failures.entries()) {
-          const status = await recordFailure(tx, f.row, f.message, retryAt[k]!, s.maxAttempts, fence);
+          const { attempts } = f.row;
+          const status =
+            attempts === null
+              ? (await parkRow(tx, f.row.seq, f.message, s.maxAttempts, fence))
+                ? 'failed'
+                : 'unchanged'
+              : await recordFailure(tx, { seq: f.row.seq, attempts }, f.message, retryAt[k]!, s.maxAttempts, fence);
           if (status === 'failed') parked.push(f);
           else if (status === 'unchanged') unchanged++;
         }
@@ -340,7 +384,7 @@ export async function relayPass(deps: RelayPassDeps, publisher: AckPublisher, op
             ...traceFields(f.span.spanContext()),
             id: f.row.id,
             type: f.row.message_type,
-            attempts: f.row.attempts + 1,
+            attempts: (f.row.attempts ?? s.maxAttempts - 1) + 1,
             error: f.message,
           });
         }
@@ -353,10 +397,11 @@ export async function relayPass(deps: RelayPassDeps, publisher: AckPublisher, op
 
   for (const a of acked) {
     result.ackedSeqs.push(a.row.seq);
-    if (a.row.attempts > 0) result.ackedRetry = true;
+    if ((a.row.attempts ?? 0) > 0) result.ackedRetry = true;
     if (a.ack.duplicate) result.duplicates++;
     else result.published++;
-    deps.metrics.lag.observe(Math.max(0, a.at - a.row.occurred_at) / 1000);
+    // a row without a usable occurred_at (a script's) has no lag to tell
+    if (a.row.occurred_at !== null) deps.metrics.lag.observe(Math.max(0, a.at - a.row.occurred_at) / 1000);
   }
   deps.metrics.published.inc(undefined, result.published);
   deps.metrics.duplicates.inc(undefined, result.duplicates);

@@ -9,10 +9,12 @@ export type PendingRow = {
   /** The stored JSON as UTF-8 bytes, read as a blob: published as it is, never decoded and encoded again. */
   payload: Uint8Array;
   headers: string;
-  attempts: number;
-  occurred_at: number;
+  /** Failed tries so far; null when the column holds no such count (text, a negative or absurd number a script wrote). */
+  attempts: number | null;
+  /** The occurrence time in ms; null when the column holds no time in the range of a Date. */
+  occurred_at: number | null;
   partition: number;
-  /** 1 when appendToOutbox validated and wrote the payload and no one changed it since: see row-message.ts. */
+  /** 1 when appendToOutbox validated and wrote the payload and no one changed it since (see row-message.ts), else 0. */
   payload_validated: number;
 };
 
@@ -21,6 +23,11 @@ export type PendingRow = {
  * record-failure writes change a row only while the row's partition is still leased to `owner` at the same epoch.
  */
 export type LeaseFence = { owner: string; epochs: ReadonlyMap<number, number> };
+
+/** The most attempts a row can hold that the relay reads as a count (RELAY_MAX_ATTEMPTS is at most 1000). */
+const MAX_READ_ATTEMPTS = 1_000_000;
+/** The range of a JavaScript Date in ms: an occurred_at outside it is no time. */
+const MAX_TIME_MS = 8_640_000_000_000_000;
 
 /** The lease scope of the relays in the outbox database. */
 export const RELAY_LEASE_SCOPE = 'relay';
@@ -44,14 +51,23 @@ export const RELAY_LEASE_SCOPE = 'relay';
  * `exclude` comes split at the floor: `?3` above it, `?7` at or below it. A scan that starts above the floor never
  * reads `?7` (SQLite builds a list's lookup table only when the condition reaches it), so a relay draining a backlog
  * does not build one of the thousands of rows it has in flight or being marked for every batch it reads.
- * A row without a partition yet (no aggregate_hash: stored by a release before partitions) is not publishable, nor is
+ * A row without a partition yet (no aggregate_hash: stored by a release before partitions, or cleared by the triggers of
+ * migration 0007 on a row that did not come from appendToOutbox) is not publishable, nor is
  * any later row of its aggregate (the probe of the normally empty idx_outbox_unhashed): the next pass gives it its
  * partition first (see givePartitions).
  * The scan walks idx_outbox_status_seq; the hold check probes the partial index idx_outbox_retrying.
+ * A row counts as fresh unless its attempts are above 0, so a negative count (which no release writes) is read at once
+ * rather than skipped while later rows of its aggregate go out. Columns a script may fill with anything are read
+ * through guards: `attempts` and `occurred_at` come back NULL unless they hold a count or a time the relay can use
+ * (the relay parks a row without a count; see relayPass), so one odd row can neither fail the whole fetch (the driver
+ * refuses integers past 2^53) nor be retried without a back-off.
  */
-export const FETCH_PENDING_SQL = `SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.message_type, CAST(o.payload AS BLOB) AS payload, o.headers, o.attempts, o.occurred_at, o.partition, o.payload_validated
+export const FETCH_PENDING_SQL = `SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.message_type, CAST(o.payload AS BLOB) AS payload, o.headers,
+  CASE WHEN typeof(o.attempts) = 'integer' AND o.attempts BETWEEN 0 AND ${MAX_READ_ATTEMPTS} THEN o.attempts END AS attempts,
+  CASE WHEN typeof(o.occurred_at) = 'integer' AND o.occurred_at BETWEEN -${MAX_TIME_MS} AND ${MAX_TIME_MS} THEN o.occurred_at END AS occurred_at,
+  o.partition, o.payload_validated IS 1 AS payload_validated
 FROM outbox o
-WHERE o.status = 'pending' AND o.partition IN (SELECT value FROM json_each(?6)) AND (o.attempts = 0 OR o.available_at <= ?1)
+WHERE o.status = 'pending' AND o.partition IN (SELECT value FROM json_each(?6)) AND (NOT (o.attempts > 0) OR o.available_at <= ?1)
   AND o.aggregate_hash IS NOT NULL
   AND o.seq > (CASE WHEN EXISTS (
       SELECT 1 FROM outbox r INDEXED BY idx_outbox_retry_due WHERE r.attempts > 0 AND r.status = 'pending' AND r.available_at <= ?1
@@ -164,4 +180,18 @@ export async function recordFailure(
     args: [error.slice(0, 2000), retryAtMs, status, row.seq, row.attempts, ...(fence ? fenceArgs(fence) : [])],
   });
   return res.rowsAffected === 0 ? 'unchanged' : status;
+}
+
+/**
+ * Parks a row at once (status `failed`, `last_error`): one whose `attempts` column held no count the relay can use
+ * (see FETCH_PENDING_SQL). Its attempts become `attempts`, so a row retried by an operator is read as any other.
+ * Must be called inside a write transaction; with `fence`, only while its partition is leased to it. Returns whether
+ * the row was parked (false: no longer pending, or fenced).
+ */
+export async function parkRow(tx: Tx, seq: number, error: string, attempts: number, fence?: LeaseFence): Promise<boolean> {
+  const res = await sqlOf(tx).execute({
+    sql: `UPDATE outbox SET status = 'failed', last_error = ?1, attempts = ?2 WHERE seq = ?3 AND status = 'pending' ${fence ? FENCED('?4', '?5') : ''}`,
+    args: [error.slice(0, 2000), attempts, seq, ...(fence ? fenceArgs(fence) : [])],
+  });
+  return res.rowsAffected > 0;
 }

@@ -17,6 +17,19 @@ import { relayPass, type RelayPassDeps } from './relay-pass.ts';
 /** Batches a pass may fetch after its first while draining a backlog (see RelayPassOptions.continuations). */
 const CONTINUATIONS = 3;
 
+/** What the relay logs once when its user may not read the stream's messages to compare a duplicate with its row. */
+const LOOKUP_REFUSED = (stream: string) =>
+  `relay: the broker refuses $JS.API.STREAM.MSG.GET.${stream} to this user, so a PubAck saying duplicate is taken as it says and an event id used twice goes unnoticed; grant it (docs/production.md)`;
+
+/** True for the broker's refusal of a subject this connection's user may not use. */
+function isPermissionViolation(error: unknown): boolean {
+  for (let e = error, depth = 0; typeof e === 'object' && e !== null && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    const { name, message } = e as { name?: unknown; message?: unknown };
+    if (name === 'PermissionViolationError' || (typeof message === 'string' && /permissions violation/i.test(message))) return true;
+  }
+  return false;
+}
+
 /** No floor: the next pass reads from the oldest pending row. */
 const NO_FLOOR: Floor = { seq: 0, epoch: null };
 
@@ -106,6 +119,10 @@ export function createRelay(deps: RelayDeps): Relay {
       let publisher: AckPublisher | undefined;
       /** False until the stream is known to exist on this connection; set again after a broker error. */
       let streamReady = false;
+      /** Reads the stream's message at a sequence on the current connection (see RelayPassOptions.storedBody). */
+      let storedBody: ((seq: number) => Promise<Uint8Array | null>) | undefined;
+      /** The broker refused such a read for lack of permission (said once in the log). */
+      let lookupRefused = false;
       /** The previous pass's mark-sent write, still running, and the rows it marks (left out of the next fetch). */
       let marking: { done: Promise<void>; seqs: number[]; pass: { fenced: number } } | undefined;
       /** Every pending row at or below this seq was held behind an earlier row of its aggregate when last read. */
@@ -174,7 +191,19 @@ export function createRelay(deps: RelayDeps): Relay {
             }
             // Also after a broker error: an operator may have deleted the stream, or a broker lost its store.
             if (!streamReady) {
-              await ensureStream(await jetstreamManager(nc, { timeout: deps.settings.publishTimeoutMs }), deps.stream, deps.log);
+              const jsm = await jetstreamManager(nc, { timeout: deps.settings.publishTimeoutMs });
+              await ensureStream(jsm, deps.stream, deps.log);
+              storedBody = async (seq) => {
+                try {
+                  return (await jsm.streams.getMessage(deps.stream.name, { seq }))?.data ?? null;
+                } catch (error) {
+                  if (!isPermissionViolation(error)) throw error;
+                  // a broker that will not show its messages cannot have them compared: its duplicate is taken as it says
+                  if (!lookupRefused) deps.log.warn(LOOKUP_REFUSED(deps.stream.name), { error: String(error) });
+                  lookupRefused = true;
+                  return null;
+                }
+              };
               streamReady = true;
               setBroker('connected');
             }
@@ -258,6 +287,7 @@ export function createRelay(deps: RelayDeps): Relay {
               deferMark: true,
               lease: { owner: deps.lease.owner, epochs: active },
               isLeased: (partition) => held.active().get(partition) === active.get(partition),
+              ...(storedBody ? { storedBody } : {}),
             });
           } catch (error) {
             const previous = marking;

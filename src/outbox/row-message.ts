@@ -10,12 +10,18 @@ export type StoredEvent = {
   aggregate_type: string;
   aggregate_id: string;
   message_type: string;
-  occurred_at: number;
+  /** The occurrence time in ms, null when the column holds none (a script's row): such a row is checked in full. */
+  occurred_at: number | null;
   payload: Uint8Array;
   payload_validated?: number;
 };
 
 const decoder = new TextDecoder();
+/**
+ * For the full check: bytes that are no UTF-8, or that start with a byte order mark, fail (and the row is refused),
+ * since the relay publishes the stored bytes and a reader must decode them into the event that was checked.
+ */
+const strictDecoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 /** Enough of a payload to hold its envelope up to `"data":`: four JSON strings of at most 128 characters, and the rest. */
 const HEAD_BYTES = 2048;
 /** What follows the aggregate version in the canonical form: the occurrence time (ms precision, UTC) and `"data":`. */
@@ -59,7 +65,7 @@ export function headerFieldsOf(row: StoredEvent, registry: EventRegistry): Heade
   const envelope = aggregate === row.aggregate_type ? canonicalFields(row) : undefined;
   // the mark is set only by appendToOutbox and cleared by a trigger on any change to the payload or a compared column
   if (envelope && row.payload_validated) return envelope;
-  const event = registry.parse(JSON.parse(decoder.decode(row.payload)));
+  const event = registry.parse(JSON.parse(strictDecoder.decode(row.payload)));
   if (event.type !== row.message_type || event.aggregateType !== row.aggregate_type || event.aggregateId !== row.aggregate_id || event.eventId !== row.id) {
     throw new Error('outbox row columns do not match its payload');
   }

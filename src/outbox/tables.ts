@@ -18,7 +18,11 @@ export const outbox = sqliteTable(
     occurredAt: integer('occurred_at').notNull(),
     availableAt: integer('available_at').notNull(),
     sentAt: integer('sent_at'),
-    /** Stable 32-bit hash of (aggregate_type, aggregate_id) (see partition.ts); NULL only on rows older than partitions. */
+    /**
+     * Stable 32-bit hash of (aggregate_type, aggregate_id) (see partition.ts); NULL until the relay gives it one: on rows
+     * older than partitions, and on unsent rows the triggers outbox_row_placed and outbox_row_moved found unmarked,
+     * restored at or below the highest seq, or in another partition than their hash's (migration 0007).
+     */
     aggregateHash: integer('aggregate_hash'),
     /** aggregate_hash mod the partition count (outbox_partitions) when the row was stored: the relay lease that covers it. */
     partition: integer('partition').notNull().default(0),
@@ -40,7 +44,7 @@ export const outbox = sqliteTable(
     // Retried and re-queued rows not yet sent, by when they are due: the relay asks "is any retry due?" in
     // O(log n) on every pass, to know when rows it skipped as held may have become publishable.
     index('idx_outbox_retry_due').on(t.availableAt).where(sql`${t.attempts} > 0 AND ${t.status} = 'pending'`),
-    // Unsent rows without a partition yet (stored by a release before partitions): normally empty. A pass gives them
+    // Unsent rows without a partition yet (stored by a release before partitions, or placed by a script): normally empty. A pass gives them
     // theirs before reading, and no later row of their aggregate is published while one is waiting.
     index('idx_outbox_unhashed').on(t.aggregateType, t.aggregateId, t.seq).where(sql`${t.aggregateHash} IS NULL AND ${t.status} != 'sent'`),
     check('outbox_status_check', sql`${t.status} IN ('pending','sent','failed')`),
@@ -49,8 +53,9 @@ export const outbox = sqliteTable(
 
 /**
  * One row counting retried or re-queued outbox rows that became `sent` (kept by the trigger outbox_retry_sent, so it
- * counts what any process marks). A relay's floor (see relay-store.ts) is valid only while this count is unchanged:
- * such a row may have held later rows of its aggregate.
+ * counts what any process marks), and rows given their partition by a relay (hashUnpartitionedRows). A relay's floor
+ * (see relay-store.ts) is valid only while this count is unchanged: such a row may have held later rows of its
+ * aggregate, or sit below the floor itself.
  */
 export const outboxRelayEpoch = sqliteTable('outbox_relay_epoch', {
   id: integer('id').primaryKey(),

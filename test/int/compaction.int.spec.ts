@@ -1,7 +1,7 @@
 import type { Client } from '@libsql/client';
 import { describe, expect, it } from 'vitest';
 import { compactIdempotencyKeys } from '../../src/http/idempotency-retention.ts';
-import { compactOutbox } from '../../src/outbox/compact-outbox.ts';
+import { CLOCK_SKEW_MARGIN_MS, compactOutbox } from '../../src/outbox/compact-outbox.ts';
 import { createTestDb } from '../support/db.ts';
 import { eventually } from '../support/eventually.ts';
 import { postJson } from '../support/http.ts';
@@ -37,7 +37,7 @@ async function insertKeys(client: Client, keys: Array<{ key: string; createdAt: 
 
 describe('outbox - compaction', () => {
   it('walks sent rows in seq order and stops at the first window ending in a retained row, skipping a young straggler below it', async () => {
-    await using t = await createTestDb();
+    await using t = await createTestDb({ deps: { clock: () => new Date(NOW) } });
     const cutoff = NOW - HOUR;
     await insertOutbox(t.client, [
       { id: 'straggler', status: 'sent', sentAt: NOW }, // re-queued from failed and sent late: young, low seq
@@ -52,6 +52,23 @@ describe('outbox - compaction', () => {
     expect(result).toEqual({ deleted: 9, batches: 3 });
     expect(progress).toEqual([3, 7, 9]);
     expect(await ids(t.client)).toEqual(['straggler', 'pending', 'failed', ...Array.from({ length: 8 }, (_, i) => `new-${i}`), 'beyond']);
+  });
+
+  it('walks past a window ending in a row stamped later than its own clock (a fast relay clock), but stops at one stamped within the skew margin', async () => {
+    await using t = await createTestDb({ deps: { clock: () => new Date(NOW) } });
+    await insertOutbox(t.client, [
+      ...Array.from({ length: 4 }, (_, i) => ({ id: `future-${i}`, status: 'sent' as const, sentAt: NOW + 365 * 24 * HOUR })),
+      ...Array.from({ length: 4 }, (_, i) => ({ id: `old-${i}`, status: 'sent' as const, sentAt: 1000 + i })),
+      ...Array.from({ length: 4 }, (_, i) => ({ id: `ahead-${i}`, status: 'sent' as const, sentAt: NOW + CLOCK_SKEW_MARGIN_MS })),
+      { id: 'beyond', status: 'sent', sentAt: 1000 }, // old, but past the boundary: the walk never gets there
+    ]);
+    const result = await compactOutbox(t.deps, { cutoffMs: NOW - HOUR, batch: 4 });
+    expect(result).toEqual({ deleted: 4, batches: 1 });
+    expect(await ids(t.client)).toEqual([
+      ...Array.from({ length: 4 }, (_, i) => `future-${i}`),
+      ...Array.from({ length: 4 }, (_, i) => `ahead-${i}`),
+      'beyond',
+    ]);
   });
 
   it('every statement of a compaction batch reads a range of idx_outbox_status_seq', async () => {

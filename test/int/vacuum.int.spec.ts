@@ -115,7 +115,7 @@ describe('vacuum - new databases', () => {
           return out;
         }),
     };
-    const result = await compactOutbox({ writer: watched }, { cutoffMs: NOW - DAY, batch: 2000 });
+    const result = await compactOutbox({ writer: watched, clock: t.deps.clock }, { cutoffMs: NOW - DAY, batch: 2000 });
     const batches = jobs.filter((j) => j.shrunk === 0 && j.freed > 0);
     const steps = jobs.filter((j) => j.shrunk > 0);
     expect(batches).toHaveLength(10);

@@ -1,5 +1,7 @@
 import { registryOf } from '../../src/compose/define-modules.ts';
+import type { IntegrationEvent } from '../../src/events/integration-event.ts';
 import type { StoredEvent } from '../../src/outbox/row-message.ts';
+import type { TestDb } from './db.ts';
 import { fixtureModules } from './fixture/modules.ts';
 
 const registry = registryOf(fixtureModules);
@@ -22,4 +24,27 @@ export function storedRow(event: Record<string, unknown>, over: Partial<Omit<Sto
     payload_validated: 1,
     ...columns,
   };
+}
+
+/**
+ * Stores `event` in the outbox as a script or a restore would, without appendToOutbox: unmarked, pending, no partition
+ * given (the relay places it); `over` replaces or adds columns (the payload's text or bytes, seq, partition, attempts …).
+ */
+export async function insertScriptRow(t: TestDb, event: IntegrationEvent, over: Record<string, unknown> = {}): Promise<void> {
+  const cols: Record<string, unknown> = {
+    id: event.eventId,
+    aggregate_type: event.aggregateType,
+    aggregate_id: event.aggregateId,
+    message_type: event.type,
+    payload: JSON.stringify(event),
+    status: 'pending',
+    occurred_at: Date.parse(event.occurredAt),
+    available_at: 0,
+    ...over,
+  };
+  const names = Object.keys(cols);
+  await t.client.execute({
+    sql: `INSERT INTO outbox (${names.join(', ')}) VALUES (${names.map(() => '?').join(', ')})`,
+    args: Object.values(cols) as never,
+  });
 }
