@@ -129,11 +129,12 @@ describe('subscriber instances - partitioned', () => {
   it('rebalances while a backlog is consumed: a second instance joining takes half the partitions, no event is applied twice and each aggregate stays in order', async () => {
     const stream = await freshStream(nats().nc, 'SIR');
     await using sdb = await createSubscriberDb({ subscriber: 'audit' });
-    // audit, slowed down so the backlog lasts through the rebalance
+    // audit, slowed down until the second instance holds its partitions, so the backlog lasts through the rebalance
+    let rebalanced = false;
     const slow: Subscriber = {
       ...audit,
       handle: async (tx, e, ctx) => {
-        await sleep(2);
+        if (!rebalanced) await sleep(5);
         await audit.handle(tx, e, ctx);
       },
     };
@@ -146,6 +147,7 @@ describe('subscriber instances - partitioned', () => {
     await using b = await startInstance('b', sdb, stream, env, slow);
     await eventually(() => leasesOf(b).partitions.length === 8, { timeoutMs: 10_000, what: 'the second instance holding half the partitions' });
     expect(await countRows(sdb.client, 'inbox')).toBeLessThan(900); // the rebalance happened with a backlog left
+    rebalanced = true;
     await expectAllOnceInOrder(sdb, accounts, 3);
     expect(processedBy(b)).toBeGreaterThan(0);
     expect(processedBy(a) + processedBy(b)).toBe(900);
