@@ -9,8 +9,9 @@ import type { ConsumerSettings } from '../nats/ensure-consumer.ts';
 import type { StreamSettings } from '../nats/stream-settings.ts';
 import { createBrokerState, type BrokerState } from '../worker/broker-state.ts';
 import { runConsumerSession, type ConsumerFaults, type ConsumerRunOptions, type ConsumerSessionParts } from './consumer-session.ts';
-import { createInboxDeps, DEFAULT_MAX_DELIVER, describeError, handleBatch, type InboxDeps, type InboxResult } from './handle-once.ts';
+import { createInboxDeps, DEFAULT_MAX_DELIVER, describeError, handleBatch, recordedAs, type InboxDeps, type InboxResult } from './handle-once.ts';
 import type { InboxMessage } from './inbox-message.ts';
+import { appliedEventIds } from './inbox-store.ts';
 import type { ConsumerRunSummary } from './message-outcomes.ts';
 import { subscriberAggregates, type Subscriber } from './subscriber.ts';
 import { createBatchWrites, type DatabaseState } from './write-until-committed.ts';
@@ -79,8 +80,9 @@ export type ConsumerRunner = {
  * order: one whose handler failed is retried in-process after a growing delay, its failures counted from its
  * delivery count, and dead-lettered on attempt `maxDeliver`, while the later messages of its aggregate wait behind
  * it and other aggregates flow. A write that fails for any other reason (the database is locked, full, unreachable)
- * is retried as it was, with back-off and no new pulls, charging no message. At the start of a run it applies
- * nothing until what an earlier run left unacknowledged is back (see createRedeliveryBarrier). A stop finishes the
+ * is retried as it was, with back-off and no new pulls, charging no message. A message the broker delivered and
+ * the run never received (an earlier run held it when it died, or the delivery was lost in flight) is awaited
+ * before any later message of its aggregate is applied (see createMissingDeliveries). A stop finishes the
  * write in progress, acks it and hands the rest back in stream order. An unsafe stream or consumer configuration
  * is fatal: `run` rejects.
  */
@@ -131,6 +133,8 @@ export function createConsumerRunner(o: ConsumerRunnerOptions): ConsumerRunner {
     retryDelay,
     broker,
     writes,
+    applied: (ids) => appliedEventIds(o.db.$client, inbox.consumer, ids),
+    recordedAs: (msg) => recordedAs(inbox, msg),
     faults: o.faults,
   };
 

@@ -10,8 +10,9 @@ import { createHeldMessages, type HeldMessage } from './held-messages.ts';
 import type { InboxMessage } from './inbox-message.ts';
 import { createOutcomes, emptySummary, finalOutcomes, type ConsumerRunSummary } from './message-outcomes.ts';
 import { pullMessages, type PullSession, type PullSettings } from './pull-messages.ts';
-import { createLostDeliveryBarrier, createRedeliveryBarrier, type RedeliveryBarrier } from './redelivery-barrier.ts';
+import { createMissingDeliveries } from './missing-deliveries.ts';
 import { stopWhenIdle } from './stop-when-idle.ts';
+import { probeStreamRead, readStreamRange } from './stream-range.ts';
 import type { BatchWrites } from './write-until-committed.ts';
 
 /** Test-only fault injection at the consumer's dangerous point. */
@@ -51,8 +52,16 @@ export type ConsumerSessionParts = {
   retryDelay: BackoffSettings;
   broker: BrokerStateTracker;
   writes: BatchWrites;
+  /** Of `eventIds`, those the subscriber applied or dead-lettered already (its inbox and dead letters). */
+  applied(eventIds: string[]): Promise<Set<string>>;
+  /** The id a message would leave in the inbox or the dead letters; undefined for one the subscriber ignores. */
+  recordedAs(msg: InboxMessage): string | undefined;
   faults?: ConsumerFaults | undefined;
 };
+
+/** Most stream messages one check reads to find the deliveries a run lacks (see createMissingDeliveries), and a page of them. */
+const RANGE_LIMIT = 500_000;
+const RANGE_PAGE = 1000;
 
 /**
  * One run of a consumer (see createConsumerRunner for its guarantees): pulls while there is room, holds what it
@@ -75,8 +84,7 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
   let nc: NatsConnection | undefined;
   let session: PullSession | undefined;
   let epoch = 0; // bumped when the stream was re-created: its sequence numbers name other messages
-  let barrier: RedeliveryBarrier | undefined;
-  /** The highest stream sequence this run received (a mid-run barrier compares it with what the consumer delivered). */
+  /** The highest stream sequence this run received. */
   let highestReceived = 0;
   let writing = false;
   let lastDelivery = Date.now();
@@ -136,23 +144,52 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
     }
   };
 
+  const missing = createMissingDeliveries({
+    consumer: name,
+    log,
+    giveUpMs: Math.round(pull.consumer.ackWaitMs * 1.5) + 1000,
+    consumerInfo: () => session!.consumer.info(),
+    readRange: (after, upTo, page) =>
+      readStreamRange(
+        session!.nc,
+        {
+          stream: pull.stream.name,
+          prefix: pull.stream.prefix,
+          filterSubjects: pull.consumer.filterSubjects,
+          after,
+          upTo,
+          limit: RANGE_LIMIT,
+          pageSize: RANGE_PAGE,
+          expiresMs: 2000,
+        },
+        page,
+      ),
+    probe: () => probeStreamRead(session!.nc, { stream: pull.stream.name, filterSubjects: pull.consumer.filterSubjects, expiresMs: 2000 }),
+    heldSeqs: () => new Set(held.inOrder().flatMap((h) => (h.epoch === epoch ? [h.seq] : []))),
+    highestReceived: () => highestReceived,
+    applied: parts.applied,
+    recordedAs: parts.recordedAs,
+    changed: () => (wake.notify(), roomFreed.notify()),
+    signal: stop.signal,
+  });
+  /** A held message waits while an earlier message of its aggregate is awaited. */
+  const blocked = (h: HeldMessage) => h.epoch === epoch && missing.blocked(h.aggregate, h.seq);
+
   const work = async (): Promise<void> => {
     while (!stop.signal.aborted) {
       const now = Date.now();
-      if (barrier && !barrier.isOpen(now)) {
-        await wake.wait(barrier.deadline - now, stop.signal);
-        continue;
-      }
-      const ready = held.ready(now);
+      missing.awaited(); // gives up on the waits that ran out
+      const ready = held.ready(now, blocked);
       if (ready === 0) {
-        const next = held.nextRetryAt(now);
-        await wake.wait(next === undefined ? 60_000 : next - now, stop.signal);
+        const retryAt = held.nextRetryAt(now);
+        const waits = [retryAt === undefined ? 60_000 : retryAt - now, missing.nextDeadlineIn() ?? 60_000];
+        await wake.wait(Math.max(1, Math.min(...waits)), stop.signal);
         continue;
       }
       // A short macrotask pause lets every message of the socket read that woke us join the batch.
       if (ready < batch) await sleep(0);
       if (stop.signal.aborted) break;
-      const taken = held.take(batch, Date.now());
+      const taken = held.take(batch, Date.now(), blocked);
       if (taken.length === 0) continue;
       writing = true;
       try {
@@ -172,11 +209,11 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
         for (;;) {
           if (stop.signal.aborted) return 0;
           const now = Date.now();
-          const space = pull.consumer.maxAckPending - held.size();
-          // While waiting for an earlier run's messages, keep pulling: they only come back through pulls.
-          const waiting = barrier !== undefined && !barrier.isOpen(now);
+          // While messages are awaited, keep pulling: they only come back through pulls, even with max_ack_pending reached.
+          const waiting = missing.checking() || missing.awaited() > 0;
+          const space = Math.max(pull.consumer.maxAckPending - held.size(), waiting ? missing.awaited() : 0);
           const allowed = options.lease?.mayPull() ?? true;
-          if (allowed && writes.state() === 'ok' && space > 0 && (waiting || held.ready(now) < batch)) return Math.min(batch, space);
+          if (allowed && writes.state() === 'ok' && space > 0 && (waiting || held.ready(now, blocked) < batch)) return Math.min(batch, space);
           await roomFreed.wait(allowed ? 1000 : 20, stop.signal);
         }
       },
@@ -187,7 +224,7 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
           m.nak(); // pulled but not started: hand it back at once rather than after ack_wait
           return;
         }
-        barrier?.see(m.info.streamSequence);
+        missing.delivered(m.info.streamSequence, m.info.deliverySequence);
         if (m.info.streamSequence > highestReceived) highestReceived = m.info.streamSequence;
         held.add(m, epoch);
         wake.notify();
@@ -196,9 +233,10 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
         nc = next;
       },
       ready(s) {
-        const first = session === undefined;
-        if (session && s.streamCreated !== session.streamCreated) {
+        const restarted = session !== undefined && s.streamCreated !== session.streamCreated;
+        if (restarted) {
           epoch++;
+          highestReceived = 0; // the new stream numbers its messages from 1
           if (held.size() > 0)
             log.warn('consumer: the stream was re-created; the messages held from the old one are still applied, never answered', {
               consumer: name,
@@ -206,31 +244,13 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
             });
         }
         session = s;
-        if (first && s.info.num_ack_pending > 0 && held.size() === 0) {
-          barrier = createRedeliveryBarrier({
-            upTo: s.info.delivered.stream_seq,
-            expected: s.info.num_ack_pending,
-            deadline: Date.now() + Math.round(pull.consumer.ackWaitMs * 1.5) + 1000,
-          });
-          log.info('consumer: waiting for the messages an earlier run left unacknowledged before applying newer ones', {
-            consumer: name,
-            unacknowledged: s.info.num_ack_pending,
-          });
-        } else if (!first && s.info.delivered.stream_seq > highestReceived && s.info.num_ack_pending > 0) {
-          // Pulling failed mid-run (the connection or the consumer's server went away) after the consumer delivered
-          // messages this run never received: they come back only after ack_wait, newer ones at once. Wait for them.
-          barrier = createLostDeliveryBarrier({
-            delivered: s.info.delivered.stream_seq,
-            deadline: Date.now() + Math.round(pull.consumer.ackWaitMs * 1.5) + 1000,
-          });
-          log.info('consumer: pulling resumed after deliveries were lost in flight; waiting for them before applying newer ones', {
-            consumer: name,
-            delivered: s.info.delivered.stream_seq,
-            received: highestReceived,
-          });
-        }
+        missing.session(s.info, restarted);
       },
-      brokerState: broker.set,
+      pulling: missing.pulling,
+      brokerState(state, error) {
+        broker.set(state, error);
+        missing.connected(state === 'connected');
+      },
       brokerError() {
         summary.brokerErrors++;
       },

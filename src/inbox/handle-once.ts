@@ -134,6 +134,16 @@ class HandlerFailed extends Error {
 }
 
 /**
+ * The id `msg` is recorded under once handled: its inbox row, or its dead letter when it cannot be decoded; undefined
+ * for an event of a type the subscriber ignores (acknowledged, no row). Pure, as handleBatch decides it.
+ */
+export function recordedAs(deps: Pick<InboxDeps, 'registry' | 'handles'>, msg: InboxMessage): string | undefined {
+  const decoded = decodeMessage(deps.registry, msg);
+  if (!decoded.ok) return decoded.eventId;
+  return deps.handles(decoded.event.type) ? decoded.event.eventId : undefined;
+}
+
+/**
  * Processes delivered messages exactly once for `deps.consumer`, in the order given, and resolves (one result per
  * message, same order) only after the transaction that holds their outcome committed, so the caller may ack then:
  * - the inbox rows of the whole batch are claimed with multi-row inserts and the handler runs for the new events,

@@ -23,13 +23,16 @@ export type HeldMessages = {
   /** Takes a delivery; a redelivery of a message already held joins it instead of queueing a second copy. */
   add(m: JsMsg, epoch: number): HeldMessage;
   size(): number;
-  /** Held messages that could go into the next write: not in flight, and not behind a message waiting to be retried. */
-  ready(now: number): number;
+  /**
+   * Held messages that could go into the next write: not in flight, not behind a message waiting to be retried, and
+   * not `blocked` nor behind a blocked one of their aggregate.
+   */
+  ready(now: number, blocked?: (h: HeldMessage) => boolean): number;
   /**
    * Takes up to `limit` messages for one write, in stream order: for each aggregate whose first message is due, its
-   * messages from the first on. The caller must settle all of them before taking again.
+   * messages from the first on, up to the first `blocked` one. The caller must settle all of them before taking again.
    */
-  take(limit: number, now: number): HeldMessage[];
+  take(limit: number, now: number, blocked?: (h: HeldMessage) => boolean): HeldMessage[];
   /** Answered: the message leaves. */
   release(h: HeldMessage): void;
   /** Ends a write: what was taken and not released stays, first of its aggregate. */
@@ -82,17 +85,29 @@ export function createHeldMessages(prefix?: string): HeldMessages {
       return h;
     },
     size: () => count,
-    ready(now) {
+    ready(now, blocked) {
       let n = 0;
       for (const lane of lanes.values()) {
         if (!due(lane, now) && !inFlight.has(lane[0]!)) continue;
-        for (const h of lane) if (!inFlight.has(h)) n++;
+        for (const h of lane) {
+          if (inFlight.has(h)) continue;
+          if (blocked?.(h)) break;
+          n++;
+        }
       }
       return n;
     },
-    take(limit, now) {
+    take(limit, now, blocked) {
       const out: HeldMessage[] = [];
-      for (const lane of lanes.values()) if (due(lane, now)) out.push(...lane);
+      for (const lane of lanes.values()) {
+        if (!due(lane, now)) continue;
+        if (!blocked) out.push(...lane);
+        else
+          for (const h of lane) {
+            if (blocked(h)) break;
+            out.push(h);
+          }
+      }
       out.sort(inStreamOrder);
       out.length = Math.min(out.length, limit);
       for (const h of out) inFlight.add(h);

@@ -137,3 +137,16 @@ export async function deleteDeadLetter(tx: Tx, key: { eventId: string; consumer:
     .run();
   return res.rowsAffected > 0;
 }
+
+const APPLIED_SQL = `SELECT event_id FROM inbox WHERE consumer = ?1 AND event_id IN (SELECT value FROM json_each(?2))
+  UNION SELECT event_id FROM dead_letters WHERE consumer = ?1 AND event_id IN (SELECT value FROM json_each(?2))`;
+
+/** Of `eventIds`, those `consumer` applied (its inbox) or gave up on (its dead letters); a read outside any write. */
+export async function appliedEventIds(client: Pick<Client, 'execute'>, consumer: string, eventIds: string[]): Promise<Set<string>> {
+  const out = new Set<string>();
+  for (let i = 0; i < eventIds.length; i += 5000) {
+    const rs = await client.execute({ sql: APPLIED_SQL, args: [consumer, JSON.stringify(eventIds.slice(i, i + 5000))] });
+    for (const row of rs.rows) out.add(String(row[0]));
+  }
+  return out;
+}

@@ -98,9 +98,9 @@ const WORST: readonly BrokerState[] = ['unavailable', 'connecting', 'connected']
  * - nothing reaches the old owner after the new owner read the durable's state: a runner pulls only while its lease
  *   has at least a pull request's expiry left (`mayPull`), so its pull requests have all expired at the broker when
  *   the lease can be taken;
- * - what the old owner still holds comes back before the new owner applies anything newer: the new owner waits for
- *   every message the durable showed delivered and unacknowledged when it started (createRedeliveryBarrier, at most
- *   1.5 × ack_wait + 1 s), and the old owner hands its messages back when it stops or, killed, paused or stuck,
+ * - what the old owner still holds comes back before the new owner applies anything newer of its aggregate: the new
+ *   owner waits for every message the durable showed delivered and unacknowledged when it started that the
+ *   subscriber's inbox does not hold (createMissingDeliveries, at most 1.5 × ack_wait + 1 s), and the old owner hands its messages back when it stops or, killed, paused or stuck,
  *   stops keeping them alive once its lease is gone (`holds`), so the broker delivers them again within ack_wait of
  *   the lease's end, inside that wait; one the old owner acknowledges instead was committed before it was acked;
  * - the epoch fence: each batch's write checks, in its own write transaction, that the lease is still this
@@ -109,7 +109,7 @@ const WORST: readonly BrokerState[] = ['unavailable', 'connecting', 'connected']
  * then finds `duplicate`), but the fence makes the new owner a partition's only writer from its acquisition on, even
  * where the two instances' clocks disagree on when the lease ended, and it keeps a rebalance quick: a write that
  * loses the race with the release is handed back at once instead of being acknowledged after the new owner counted
- * it, which would keep the new owner waiting until its barrier's deadline.
+ * found it missing, which would keep the new owner's later events of that aggregate waiting until the deadline.
  */
 export function createLeasedSubscriber(deps: LeasedSubscriberDeps): LeasedSubscriber {
   const { subscriber, owner, mode, writer, ttlMs, log } = deps;

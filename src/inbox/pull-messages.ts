@@ -25,6 +25,8 @@ export type PullTarget = {
   ready(session: PullSession): void;
   brokerState(state: BrokerState, error?: unknown): void;
   brokerError(): void;
+  /** A pull request went out (true), or the last one ended (false). */
+  pulling(active: boolean): void;
 };
 
 export type PullSettings = {
@@ -79,13 +81,18 @@ export async function pullMessages(s: PullSettings, target: PullTarget, signal: 
         for (;;) {
           const n = await target.room();
           if (n <= 0 || signal.aborted) break;
-          const messages = await consumer.fetch({ max_messages: n, expires: s.expiresMs });
-          const close = () => void messages.close();
-          signal.addEventListener('abort', close, { once: true });
+          target.pulling(true);
           try {
-            for await (const m of messages) target.admit(m);
+            const messages = await consumer.fetch({ max_messages: n, expires: s.expiresMs });
+            const close = () => void messages.close();
+            signal.addEventListener('abort', close, { once: true });
+            try {
+              for await (const m of messages) target.admit(m);
+            } finally {
+              signal.removeEventListener('abort', close);
+            }
           } finally {
-            signal.removeEventListener('abort', close);
+            target.pulling(false);
           }
           outage.reset();
         }

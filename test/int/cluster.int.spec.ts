@@ -258,9 +258,8 @@ describe('JetStream cluster - a replicated stream', () => {
     expect(new Set(applied)).toEqual(new Set(rows.map((r) => r.id)));
     expect(await countRows(sdb.client, 'inbox')).toBe(rows.length);
     expect(consumed).toMatchObject({ processed: rows.length, deadLettered: 0 });
-    // Fails in about 1 run in 25 here, with the stream in order: deliveries lost with the subscriber's killed node come
-    // back only after ack_wait, once later events of their aggregates were applied. The runner holds newer messages
-    // back only at the start of a run (createRedeliveryBarrier), not after it lost messages mid-run.
+    // Deliveries lost with a killed node come back only after ack_wait: the runner holds the later events of their
+    // aggregates until then (createMissingDeliveries).
     expect(effectDisorder, 'events applied after a later event of their aggregate').toEqual([]);
   });
 

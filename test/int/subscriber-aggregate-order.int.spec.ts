@@ -48,6 +48,23 @@ describe('held messages', () => {
     held.settle();
     expect(held.take(10, 1000).map((h) => h.seq)).toEqual([1, 2, 3, 4]);
   });
+
+  it('takes the messages of an aggregate only up to the first one held back, and counts only those as ready', () => {
+    const held = createHeldMessages('my.events');
+    for (const [subject, seq] of [
+      ['my.events.account.a1.0', 2],
+      ['my.events.account.a1.0', 5],
+      ['my.events.account.a1.0', 7],
+      ['my.events.account.b2.1', 6],
+    ] as const)
+      held.add(delivery(subject, seq), 0);
+    // an earlier message of a1, sequence 4, is awaited: 5 and 7 wait, 2 (before it) and b2 go
+    const blocked = (h: { aggregate: string; seq: number }) => h.aggregate === 'account.a1' && h.seq > 4;
+    expect(held.ready(0, blocked)).toBe(2);
+    expect(held.take(10, 0, blocked).map((h) => h.seq)).toEqual([2, 6]);
+    held.settle();
+    expect(held.ready(0)).toBe(4);
+  });
 });
 
 describe('sitting out', () => {

@@ -1,0 +1,289 @@
+import type { ConsumerInfo } from '@nats-io/jetstream';
+import type { Logger } from '../logger.ts';
+import { createAwaitedMessages } from './awaited-messages.ts';
+import { describeError } from './handle-once.ts';
+import { aggregateOf, type InboxMessage } from './inbox-message.ts';
+import type { RangeEntry } from './stream-range.ts';
+
+/** What the guard asks of the run and of the broker. */
+export type MissingDeliveriesDeps = {
+  consumer: string;
+  log: Logger;
+  /**
+   * How long a message is awaited at most, counted only while the run has a pull request out (a redelivery reaches
+   * it through one): past the consumer's ack_wait, by when the broker has delivered it again.
+   */
+  giveUpMs: number;
+  /** The consumer's current state, from the broker. */
+  consumerInfo(): Promise<ConsumerInfo>;
+  /** The consumer's stream messages with sequence in (after, upTo], a page at a time (readStreamRange). */
+  readRange(after: number, upTo: number, page: (entries: RangeEntry[]) => Promise<void>): Promise<boolean>;
+  /** Rejects when the stream cannot be read as readRange does (checked once, when the first pull session begins). */
+  probe(): Promise<void>;
+  /** The stream sequences the run holds now. */
+  heldSeqs(): Set<number>;
+  /** The highest stream sequence the run received. */
+  highestReceived(): number;
+  /** The id a message would leave in the inbox or the dead letters, or undefined when it is one the subscriber ignores. */
+  recordedAs(msg: InboxMessage): string | undefined;
+  /** Of `eventIds`, those the subscriber applied or dead-lettered already (its inbox and dead letters). */
+  applied(eventIds: string[]): Promise<Set<string>>;
+  /** Called when a check ended or a wait may have run out: the write loop looks again. */
+  changed(): void;
+  /** Aborts a check's waits when the run stops. */
+  signal: AbortSignal;
+};
+
+/** Keeps a run's writes in per-aggregate stream order when deliveries went missing (see createMissingDeliveries). */
+export type MissingDeliveries = {
+  /** A pull session began (the run's start, or pulling resumed after it failed); `restarted`: the stream is a new one. */
+  session(info: ConsumerInfo, restarted: boolean): void;
+  /** A delivery arrived: stream sequence and the consumer's delivery sequence. Call before noting it as received. */
+  delivered(streamSeq: number, deliverySeq: number): void;
+  /** Whether a pull request is out now (waits run down only while one is, over a connection that is up). */
+  pulling(active: boolean): void;
+  /** Whether the connection to the broker is up. */
+  connected(up: boolean): void;
+  /** Whether a held message must wait: an earlier message of its aggregate is awaited, or may be (a check is under way). */
+  blocked(aggregate: string, seq: number): boolean;
+  /** How many messages are awaited (the run keeps pulling for them), after giving up on those whose wait ran out. */
+  awaited(): number;
+  /** Whether a check is under way. */
+  checking(): boolean;
+  /** How many milliseconds until the next wait runs out, if one runs down now. */
+  nextDeadlineIn(): number | undefined;
+};
+
+/**
+ * Guards a run against applying an event before an earlier one of its aggregate that the broker delivered but the
+ * run never received: a delivery lost in flight (a node of the cluster, the connection or a pull request went away),
+ * taken by another puller, or held by an earlier run that died. The broker delivers such a message again only after
+ * its ack_wait, while it delivers newer messages at once.
+ *
+ * A check runs when a pull session begins with messages unacknowledged at the broker, and when a delivery's
+ * consumer sequence does not follow the previous one (a delivery in between never arrived). Until it ends, nothing
+ * above the highest stream sequence the run had received (or below the lowest one awaited: the lost delivery may
+ * be its redelivery) is written. It reads the stream's messages on the consumer's subjects from there (from the
+ * consumer's ack floor at the start of a run) up to the highest sequence delivered, and awaits each one the run
+ * neither holds nor finds in the subscriber's inbox or dead letters (under the id it would be recorded with), except
+ * those the subscriber ignores: until it is delivered again, the later messages of its aggregate wait, other
+ * aggregates flow. A message still missing after `giveUpMs` of pulling (a pull request out over a connection that
+ * is up: only then can it come back) since a check last found it missing is given up on (logged), as is a check
+ * that cannot read the stream by then.
+ */
+export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDeliveries {
+  const awaited = createAwaitedMessages();
+  /**
+   * The check under way: it may find missing only messages above `from`; it holds them back until `deadline`
+   * (pulling time); `seen` are deliveries since it began; `again` asks for one more pass.
+   */
+  let check: { from: number; deadline: number; seen: Set<number>; again: boolean } | undefined;
+  let lastDelivery: number | undefined;
+  let probed = false;
+  /** Pulling time: milliseconds during which a pull request was out, the clock every wait runs down on. */
+  let pulledMs = 0;
+  let pullingSince: number | undefined;
+  let fetching = false;
+  let up = true;
+  /** Starts or stops the clock as a pull request is out over a connection that is up, or not. */
+  const runClock = () => {
+    const on = fetching && up;
+    if (on && pullingSince === undefined) {
+      pullingSince = performance.now();
+      if (check || awaited.size() > 0) deps.changed(); // a wait runs down again: the write loop times it anew
+    } else if (!on && pullingSince !== undefined) {
+      pulledMs += performance.now() - pullingSince;
+      pullingSince = undefined;
+    }
+  };
+  const clock = () => pulledMs + (pullingSince === undefined ? 0 : performance.now() - pullingSince);
+
+  const giveUp = () => {
+    const gone = awaited.expire(clock());
+    if (gone.length > 0)
+      deps.log.warn('consumer: stopped waiting for messages the broker did not deliver again; the later events of their aggregates go on', {
+        consumer: deps.consumer,
+        messages: gone.length,
+        firstSequence: Math.min(...gone.map((g) => g.seq)),
+      });
+  };
+  /** Whether the consumer is being asked if a wait that ran out may end. */
+  let confirming = false;
+  /**
+   * When a wait ran out, asks the consumer first: if it delivered something since that this run never received (the
+   * awaited message's redelivery may have gone missing too), a check looks again and waits on; otherwise it gives up.
+   */
+  const expire = () => {
+    const next = awaited.nextDeadline();
+    if (next === undefined || next > clock() || confirming || check) return;
+    confirming = true;
+    deps
+      .consumerInfo()
+      .then(
+        (info) => {
+          awaited.forgetUpTo(info.ack_floor.stream_seq);
+          if (info.delivered.consumer_seq !== lastDelivery) start();
+          else giveUp();
+        },
+        () => giveUp(),
+      )
+      .finally(() => {
+        confirming = false;
+        deps.changed();
+      });
+  };
+  const holding = () => check !== undefined && clock() < check.deadline;
+
+  const pause = (ms: number) =>
+    new Promise<void>((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        deps.signal.removeEventListener('abort', done);
+        resolve();
+      }
+      deps.signal.addEventListener('abort', done, { once: true });
+    });
+
+  /** One pass: the unacknowledged messages above `from` the run lacks. Undefined when `limit` stopped the read. */
+  const lacking = async (
+    c: NonNullable<typeof check>,
+  ): Promise<{ missing: Array<{ seq: number; aggregate: string }>; floor: number; after: number; upTo: number } | undefined> => {
+    const info = await deps.consumerInfo();
+    const floor = info.ack_floor.stream_seq;
+    if (info.num_ack_pending === 0) return { missing: [], floor, after: floor, upTo: Number.POSITIVE_INFINITY };
+    const after = Math.max(floor, c.from);
+    const upTo = Math.max(info.delivered.stream_seq, deps.highestReceived());
+    const missing: Array<{ seq: number; aggregate: string }> = [];
+    const complete = await deps.readRange(after, upTo, async (entries) => {
+      const held = deps.heldSeqs();
+      const candidates: Array<{ seq: number; aggregate: string; id: string }> = [];
+      for (const e of entries) {
+        if (held.has(e.seq) || c.seen.has(e.seq)) continue;
+        const id = deps.recordedAs(e.msg);
+        if (id !== undefined) candidates.push({ seq: e.seq, aggregate: aggregateOf(e.msg), id });
+      }
+      if (candidates.length === 0) return;
+      const known = await deps.applied([...new Set(candidates.map((e) => e.id))]);
+      for (const e of candidates) if (!known.has(e.id) && !c.seen.has(e.seq)) missing.push({ seq: e.seq, aggregate: e.aggregate });
+    });
+    return complete ? { missing, floor, after, upTo } : undefined;
+  };
+
+  const run = async (c: NonNullable<typeof check>) => {
+    let failures = 0;
+    while (!deps.signal.aborted) {
+      try {
+        const found = await lacking(c);
+        if (found === undefined) {
+          deps.log.warn(
+            'consumer: too many messages to check one by one since the oldest unacknowledged one; writing nothing newer until they are delivered again',
+            {
+              consumer: deps.consumer,
+              from: c.from,
+            },
+          );
+          while (!deps.signal.aborted && holding()) await pause(Math.min(1000, Math.max(1, c.deadline - clock())));
+          break;
+        }
+        if (c.again && holding()) {
+          c.again = false;
+          continue;
+        }
+        awaited.forgetUpTo(found.floor);
+        // one awaited before and not missing now was applied (by an instance before this one) or left the stream
+        const still = new Set(found.missing.map((m) => m.seq));
+        for (const seq of awaited.seqs()) if (seq > found.after && seq <= found.upTo && !still.has(seq)) awaited.see(seq);
+        awaited.add(found.missing, clock() + deps.giveUpMs);
+        for (const s of c.seen) awaited.see(s);
+        if (found.missing.length > 0)
+          deps.log.info('consumer: waiting for messages delivered but never received before applying later events of their aggregates', {
+            consumer: deps.consumer,
+            messages: found.missing.length,
+            aggregates: new Set(found.missing.map((m) => m.aggregate)).size,
+          });
+        break;
+      } catch (error) {
+        if (failures++ === 0)
+          deps.log.warn(
+            'consumer: could not check for deliveries that never arrived (it needs to create consumers on the stream); writing nothing newer until it can',
+            {
+              consumer: deps.consumer,
+              error: describeError(error),
+            },
+          );
+        if (!holding()) break;
+        await pause(Math.min(1000, Math.max(1, c.deadline - clock())));
+      }
+    }
+    check = undefined;
+    deps.changed();
+  };
+
+  const start = () => {
+    // a delivery lost now may be the redelivery of one already awaited: look at those again, and wait on for them
+    const from = Math.min(deps.highestReceived(), (awaited.lowest() ?? Number.POSITIVE_INFINITY) - 1);
+    if (check) {
+      check.from = Math.min(check.from, from);
+      check.again = true;
+      return;
+    }
+    const c = { from, deadline: clock() + deps.giveUpMs, seen: new Set<number>(), again: false };
+    check = c;
+    void run(c);
+  };
+
+  return {
+    session(info, restarted) {
+      if (!probed) {
+        probed = true;
+        deps
+          .probe()
+          .catch((error: unknown) =>
+            deps.log.error(
+              'consumer: cannot create consumers on its stream, which it needs to check for deliveries that never arrived: after a crash or a lost delivery it writes nothing newer for up to 1.5 × ack_wait + 1 s; grant $JS.API.CONSUMER.CREATE.<stream>',
+              { consumer: deps.consumer, error: describeError(error) },
+            ),
+          );
+      }
+      if (restarted) {
+        awaited.clear();
+        if (check) {
+          check.from = 0;
+          check.seen.clear();
+          check.again = true;
+        }
+      }
+      lastDelivery = info.delivered.consumer_seq;
+      if (info.num_ack_pending > 0) start();
+    },
+    delivered(streamSeq, deliverySeq) {
+      if (lastDelivery !== undefined && deliverySeq !== lastDelivery + 1) start();
+      lastDelivery = deliverySeq;
+      check?.seen.add(streamSeq);
+      awaited.see(streamSeq);
+    },
+    pulling(active) {
+      fetching = active;
+      runClock();
+    },
+    connected(isUp) {
+      up = isUp;
+      runClock();
+    },
+    blocked(aggregate, seq) {
+      if (check !== undefined && seq > check.from && holding()) return true;
+      return awaited.holdsBack(aggregate, seq);
+    },
+    awaited() {
+      expire();
+      return awaited.size();
+    },
+    checking: () => holding(),
+    nextDeadlineIn() {
+      if (pullingSince === undefined || confirming) return undefined;
+      const at = check ? check.deadline : awaited.nextDeadline();
+      return at === undefined ? undefined : Math.max(1, at - clock());
+    },
+  };
+}
