@@ -51,7 +51,7 @@ if (!CHROMIUM) {
         LOG_LEVEL: 'error',
       });
       await waitForHttp(`${service.url}/health`, { child: service });
-      db = createClient({ url: `file:${join(tmp.dir, 'app.db')}` });
+      db = createClient({ url: `file:${join(tmp.dir, 'app.db')}`, timeout: 5000 }); // waits out the service's own writes
       browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
     }, 60_000);
 

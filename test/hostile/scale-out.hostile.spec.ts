@@ -476,7 +476,8 @@ async function appliedVersions(client: Client): Promise<Map<string, number[]>> {
 
 async function durablesOn(stream: StreamSettings): Promise<ConsumerInfo[]> {
   const out: ConsumerInfo[] = [];
-  for await (const c of await (await jetstreamManager(nats().nc)).consumers.list(stream.name)) out.push(c);
+  // durables only: a runner's check for lost deliveries reads the stream through short-lived ephemeral consumers
+  for await (const c of await (await jetstreamManager(nats().nc)).consumers.list(stream.name)) if (c.config.durable_name) out.push(c);
   return out;
 }
 

@@ -95,7 +95,8 @@ const accountsNamed = (tag: string, n: number) => Array.from({ length: n }, (_, 
 
 async function durablesOn(stream: StreamSettings): Promise<ConsumerInfo[]> {
   const out: ConsumerInfo[] = [];
-  for await (const c of await (await jetstreamManager(nats().nc)).consumers.list(stream.name)) out.push(c);
+  // durables only: a runner's check for lost deliveries reads the stream through short-lived ephemeral consumers
+  for await (const c of await (await jetstreamManager(nats().nc)).consumers.list(stream.name)) if (c.config.durable_name) out.push(c);
   return out.sort((a, b) => a.name.localeCompare(b.name, 'en', { numeric: true }));
 }
 
