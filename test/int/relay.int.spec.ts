@@ -99,7 +99,8 @@ describe('relay - publishing', () => {
     let failedOnce = false;
     const deps = relayDeps(t, nats().url, {
       stream,
-      settings: { backoffBaseMs: 50 },
+      // long enough that the next pass surely comes inside the retry delay, however loaded the machine
+      settings: { backoffBaseMs: 2000, maxBackoffMs: 2000 },
       faults: {
         beforePublish(row) {
           if (row.id === second.id && !failedOnce) {
