@@ -79,6 +79,9 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
    */
   let check: { from: number; deadline: number; seen: Set<number>; again: boolean } | undefined;
   let lastDelivery: number | undefined;
+  /** Deliveries this run received, and the consumer's delivery count with that total when a check last ended. */
+  let received = 0;
+  let baseline: { delivered: number; received: number } | undefined;
   let probed = false;
   /** Pulling time: milliseconds during which a pull request was out, the clock every wait runs down on. */
   let pulledMs = 0;
@@ -110,8 +113,9 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
   /** Whether the consumer is being asked if a wait that ran out may end. */
   let confirming = false;
   /**
-   * When a wait ran out, asks the consumer first: if it delivered something since that this run never received (the
-   * awaited message's redelivery may have gone missing too), a check looks again and waits on; otherwise it gives up.
+   * When a wait ran out, asks the consumer first: if it made a delivery since the last check that never reached this
+   * run (the awaited message's redelivery may have gone missing too), a check looks again and waits on; otherwise it
+   * gives up.
    */
   const expire = () => {
     const next = awaited.nextDeadline();
@@ -122,7 +126,9 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
       .then(
         (info) => {
           awaited.forgetUpTo(info.ack_floor.stream_seq);
-          if (info.delivered.consumer_seq !== lastDelivery) start();
+          // deliveries the consumer made since the last check that never reached this run: one may be the redelivery
+          const unreceived = baseline ? info.delivered.consumer_seq - baseline.delivered - (received - baseline.received) : 1;
+          if (unreceived !== 0) start();
           else giveUp();
         },
         () => giveUp(),
@@ -149,7 +155,9 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
   const lacking = async (
     c: NonNullable<typeof check>,
   ): Promise<{ missing: Array<{ seq: number; aggregate: string }>; floor: number; after: number; upTo: number } | undefined> => {
+    const at = received;
     const info = await deps.consumerInfo();
+    baseline = { delivered: info.delivered.consumer_seq, received: at };
     const floor = info.ack_floor.stream_seq;
     if (info.num_ack_pending === 0) return { missing: [], floor, after: floor, upTo: Number.POSITIVE_INFINITY };
     const after = Math.max(floor, c.from);
@@ -258,6 +266,7 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
       if (info.num_ack_pending > 0) start();
     },
     delivered(streamSeq, deliverySeq) {
+      received++; // before a check starts: the consumer's count it reads includes this delivery
       if (lastDelivery !== undefined && deliverySeq !== lastDelivery + 1) start();
       lastDelivery = deliverySeq;
       check?.seen.add(streamSeq);

@@ -1,0 +1,82 @@
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { sql } from 'drizzle-orm';
+import { describe, expect, it } from 'vitest';
+import { creditedEvent, openedEvent, testSubscriber } from '../support/accounts.ts';
+import { testRunner } from '../support/consumer.ts';
+import { eventually } from '../support/eventually.ts';
+import { natsClient } from '../support/nats.ts';
+import { freshStream, publishEvents } from '../support/stream.ts';
+import { useNats } from '../support/use-nats.ts';
+import { appliedEvents, eventIds, recordingDb } from '../support/recording-subscriber.ts';
+
+// An awaited message that someone else acknowledged (so the broker never delivers it again) is given up on after one
+// wait (1.5 × ack_wait + 1 s of pulling), even when the consumer's last delivery went to another puller: the runner
+// waits on only for deliveries made since its last check that never reached it, not for an old gap. (A failing event
+// of another aggregate keeps the ack floor below the acknowledged one.)
+
+const nats = useNats();
+
+describe('lost deliveries - an old gap re-arms every expired wait', () => {
+  it('gives up on an awaited event acknowledged elsewhere within about one wait, even when the last delivery of the consumer went to another puller', async () => {
+    const ackWaitMs = 4000; // one wait: 7 s of pulling
+    const stream = await freshStream(nats().nc, 'STALEGAP');
+    await using sdb = await recordingDb();
+    const a = `stale-a-${process.pid}`;
+    const p = `stale-poison-${process.pid}`;
+    const sub = {
+      ...testSubscriber('stalegap', async (tx, event) => {
+        if (event.aggregateId === p) throw new Error('poison: always fails');
+        await tx.run(sql`INSERT INTO applied (event_id) VALUES (${event.eventId})`);
+      }),
+      types: ['account.opened.v1'],
+    };
+    const [a1, a2, a3] = [openedEvent({ accountId: a }), openedEvent({ accountId: a, version: 2 }), openedEvent({ accountId: a, version: 3 })];
+    const poison = openedEvent({ accountId: p });
+    const jsm = await jetstreamManager(nats().nc);
+    const info = () => jsm.consumers.info(stream.name, 'stalegap');
+
+    let pulling = true;
+    const stop = new AbortController();
+    const running = testRunner(sdb, nats().url, sub, stream, { ackWaitMs, pullExpiresMs: 1000, maxDeliver: 100_000 }).run({
+      signal: stop.signal,
+      timeLimitMs: 55_000,
+      lease: { mayPull: () => pulling, holds: () => true },
+    });
+    const thief = await natsClient(nats().url);
+    try {
+      await publishEvents(nats().nc, stream, [poison, a1!]);
+      await eventually(async () => (await appliedEvents(sdb)).length === 1, { what: 'a1 applied (the poison event retried, held)' });
+      const durable = await jetstream(thief).consumers.get(stream.name, 'stalegap');
+
+      pulling = false;
+      await eventually(async () => (await info()).num_waiting === 0, { what: 'no pull request of the runner left' });
+      await publishEvents(nats().nc, stream, [a2!]);
+      const stolen = await durable.next({ expires: 2000 });
+      expect(stolen?.headers?.get('Nats-Msg-Id')).toBe(a2!.eventId);
+      stolen!.ack(); // acknowledged by someone after all: never delivered again
+      await publishEvents(nats().nc, stream, [a3!]);
+      pulling = true;
+      await eventually(async () => (await info()).num_ack_pending === 2 && (await info()).num_waiting > 0, { what: 'a3 held by the run' });
+
+      // the last delivery of the consumer goes to the other puller (an event the subscriber ignores)
+      pulling = false;
+      await eventually(async () => (await info()).num_waiting === 0, { what: 'no pull request of the runner left' });
+      await publishEvents(nats().nc, stream, [creditedEvent({ accountId: `stale-b-${process.pid}` })]);
+      const last = await durable.next({ expires: 2000 });
+      expect(last).toBeTruthy();
+      last!.ack();
+      pulling = true;
+
+      // a2 will never come back: a3 should be applied after at most about one wait (7 s), not never
+      await eventually(async () => (await appliedEvents(sdb)).length === 2, { timeoutMs: 25_000, what: 'a3 applied after giving up on a2' }).catch(
+        () => undefined,
+      );
+      const applied = await appliedEvents(sdb);
+      expect(applied).toEqual(eventIds([a1!, a3!]));
+    } finally {
+      await thief.close();
+      stop.abort();
+      await running.catch(() => undefined);
+    }
+  }, 60_000);
+});
