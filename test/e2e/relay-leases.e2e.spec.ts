@@ -14,7 +14,7 @@ import { createTempDir, createTestDb } from '../support/db.ts';
 import { eventually } from '../support/eventually.ts';
 import { FIXTURE_MIGRATIONS, fixtureModules } from '../support/fixture/modules.ts';
 import { natsClient, startNats, type NatsServer } from '../support/nats.ts';
-import { FIXTURE_ENTRY, freePort, runtimeCommand, spawnChild, withOutput, type ChildHandle } from '../support/process.ts';
+import { FIXTURE_ENTRY, freePort, freeze, runtimeCommand, spawnChild, withOutput, type ChildHandle } from '../support/process.ts';
 
 // Relays as real processes (the fixture's, ROLES=relay) sharing one outbox database: they split its partitions by
 // leases kept in that database, take over a dead or paused relay's partitions once its leases run out, hand theirs
@@ -194,7 +194,7 @@ async function pauseOutsideAWrite(relay: Relay, dbUrl: string): Promise<void> {
   const probe = createClient({ url: dbUrl, timeout: 300 });
   try {
     for (let attempt = 0; attempt < 50; attempt++) {
-      relay.proc.kill('SIGSTOP');
+      await freeze(relay.proc.pid!);
       try {
         await probe.executeMultiple('BEGIN IMMEDIATE; ROLLBACK');
         return;

@@ -13,7 +13,7 @@ import { creditedEvent, openedEvent } from '../support/accounts.ts';
 import { createTempDir } from '../support/db.ts';
 import { eventually } from '../support/eventually.ts';
 import { natsClient, startNats } from '../support/nats.ts';
-import { FAULT_ENTRY, FIXTURE_ENTRY, freePort, runtimeCommand, spawnChild, withOutput, type ChildHandle } from '../support/process.ts';
+import { FAULT_ENTRY, FIXTURE_ENTRY, freePort, freeze, runtimeCommand, spawnChild, withOutput, type ChildHandle } from '../support/process.ts';
 import { publishRaw } from '../support/stream.ts';
 import { startWriteLockHolder } from '../support/write-lock.ts';
 
@@ -205,7 +205,7 @@ describe('subscriber instances - processes', () => {
     await holder.lock();
     await publishVersions(nc, accounts, 2, 2);
     await eventually(async () => (await ackPending(jsm, ofA)) > 0, { what: 'a holding messages' });
-    a.proc.kill('SIGSTOP');
+    await freeze(a.proc.pid!);
     cleanups.push(() => a.proc.kill('SIGCONT'));
     await holder.release();
 

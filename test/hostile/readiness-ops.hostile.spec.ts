@@ -33,7 +33,7 @@ describe('readiness - a paused broker (SIGSTOP)', () => {
     );
     await eventually(async () => (JSON.parse((await timed(s.app, '/ready')).body) as { status: string }).status === 'ready', { what: 'ready' });
     expect((await postJson(s.app, '/accounts', { owner: 'ann' })).status).toBe(201);
-    own.pause();
+    await own.pause();
     try {
       // the status reader's cache expires (3 s) so the next reads really ask the frozen broker
       await new Promise((r) => setTimeout(r, 3500));

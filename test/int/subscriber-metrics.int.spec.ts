@@ -159,9 +159,8 @@ describe('subscriber metrics - backlog gauges', () => {
     await testRunner(sdb, server.url, { ...balances, name: 'slow' }, stream, { metrics }).run({ untilIdle: true, timeLimitMs: 20_000 });
     expect(await backlog(metrics, 'slow')).toEqual({ pending: 0, ackPending: 0, deadLetters: 0 });
 
-    // SIGSTOP may take a moment to stop the server, hence eventually; a scrape it sees without the series, well within
-    // the reader's 30 s, did not wait for the broker
-    server.pause();
+    // a scrape it sees without the series, well within the reader's 30 s, did not wait for the frozen broker
+    await server.pause();
     try {
       const series = async () => Object.values(await backlog(metrics, 'slow')).filter((v) => v !== undefined);
       await eventually(async () => (await series()).length === 0, { what: 'a scrape without the backlog series' });

@@ -4,7 +4,7 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freePort } from './process.ts';
+import { freePort, freeze } from './process.ts';
 
 export const NATS_SERVER_BIN = ['/usr/sbin/nats-server', '/usr/bin/nats-server', '/usr/local/bin/nats-server'].find(existsSync) ?? 'nats-server';
 
@@ -49,7 +49,8 @@ export type NatsServer = {
   kill(): Promise<void>;
   /** Starts again on the same port and store dir (after stop or kill). */
   restart(): Promise<void>;
-  pause(): void;
+  /** SIGSTOPs the server and resolves once all its threads are stopped. */
+  pause(): Promise<void>;
   resume(): void;
   [Symbol.asyncDispose](): Promise<void>;
 };
@@ -108,7 +109,9 @@ export async function startNats(options: { websocket?: boolean } = {}): Promise<
       await end('SIGKILL');
       await launch();
     },
-    pause: () => void proc?.kill('SIGSTOP'),
+    pause: async () => {
+      if (proc?.pid !== undefined) await freeze(proc.pid);
+    },
     resume: () => void proc?.kill('SIGCONT'),
     async [Symbol.asyncDispose]() {
       await end('SIGKILL');

@@ -21,7 +21,7 @@ export async function pausedPublisher(tag: string, timeoutMs: number): Promise<P
   const stream = ownStream(tag);
   await createStream(nc, stream);
   const publisher = createAckPublisher(nc, timeoutMs);
-  own.pause();
+  await own.pause();
   return {
     own,
     nc,

@@ -1,5 +1,6 @@
 // Child-process helpers for tests that run the service (or a relay/consumer) as a real process.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import type { RequestHandler } from './http.ts';
@@ -55,6 +56,32 @@ export async function freePort(): Promise<number> {
       server.close(() => (port ? resolve(port) : reject(new Error('no port assigned'))));
     });
   });
+}
+
+/**
+ * SIGSTOPs process `pid` and resolves once every one of its threads is stopped. The kernel stops a multi-threaded
+ * process only when one of its threads next runs, so on a loaded machine the others go on for milliseconds after
+ * kill() returns; a test that needs the process frozen must wait for it. Throws after `timeoutMs`.
+ */
+export async function freeze(pid: number, timeoutMs = 5000): Promise<void> {
+  process.kill(pid, 'SIGSTOP');
+  const until = Date.now() + timeoutMs;
+  while (!allThreadsStopped(pid)) {
+    if (Date.now() > until) throw new Error(`process ${pid} did not stop within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 1));
+  }
+}
+
+/** Whether every thread of `pid` is in the stopped state ('T' in /proc/<pid>/task/<tid>/stat); false if it is gone. */
+function allThreadsStopped(pid: number): boolean {
+  try {
+    return readdirSync(`/proc/${pid}/task`).every((tid) => {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      return /^[Tt]$/.test(stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3));
+    });
+  } catch {
+    return false;
+  }
 }
 
 export type ChildHandle = {
