@@ -8,7 +8,7 @@ import type { ConnectNats } from '../nats/connect.ts';
 import type { ConsumerSettings } from '../nats/ensure-consumer.ts';
 import type { StreamSettings } from '../nats/stream-settings.ts';
 import { createBrokerState, type BrokerState } from '../worker/broker-state.ts';
-import { runConsumerSession, type ConsumerFaults, type ConsumerRunOptions, type ConsumerSessionParts } from './consumer-session.ts';
+import { runConsumerSession, type ConsumerFaults, type ConsumerRunOptions, type ConsumerSessionParts, type SharedProbe } from './consumer-session.ts';
 import { createInboxDeps, DEFAULT_MAX_DELIVER, describeError, handleBatch, recordedAs, type InboxDeps, type InboxResult } from './handle-once.ts';
 import type { InboxMessage } from './inbox-message.ts';
 import { appliedEventIds } from './inbox-store.ts';
@@ -57,6 +57,12 @@ export type ConsumerRunnerOptions = Subscriber & {
   idleCheckMs?: number;
   random?: () => number;
   faults?: ConsumerFaults;
+  /**
+   * Decides whether this runner checks that it may read its stream (see createMissingDeliveries): the runners of one
+   * subscriber's partitions share one (shareOnce), so the check runs and reports once per subscriber, not once per
+   * partition. Default: each runner checks for itself.
+   */
+  shareProbe?: SharedProbe;
   /** Replaces handleBatch: the benchmark that measures what the inbox costs, and the consumers role, which hands a fenced batch back. */
   processBatch?: (msgs: InboxMessage[]) => Promise<InboxResult[]>;
 };
@@ -136,6 +142,7 @@ export function createConsumerRunner(o: ConsumerRunnerOptions): ConsumerRunner {
     applied: (ids) => appliedEventIds(o.db.$client, inbox.consumer, ids),
     recordedAs: (msg) => recordedAs(inbox, msg),
     faults: o.faults,
+    shareProbe: o.shareProbe ?? ((probe) => probe()),
   };
 
   return {

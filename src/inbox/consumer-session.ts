@@ -57,7 +57,22 @@ export type ConsumerSessionParts = {
   /** The id a message would leave in the inbox or the dead letters; undefined for one the subscriber ignores. */
   recordedAs(msg: InboxMessage): string | undefined;
   faults?: ConsumerFaults | undefined;
+  /** Runs the stream-read check, unless one already ran for this subscriber (see SharedProbe). */
+  shareProbe: SharedProbe;
 };
+
+/** Runs `probe` and returns its outcome; or, when a probe already ran in its place, resolves at once (that one reported). */
+export type SharedProbe = (probe: () => Promise<void>) => Promise<void>;
+
+/** A SharedProbe that runs only the first probe it is given: one check, one report, for all of a subscriber's runners. */
+export function shareOnce(): SharedProbe {
+  let ran = false;
+  return async (probe) => {
+    if (ran) return;
+    ran = true;
+    await probe();
+  };
+}
 
 /** Most stream messages one check reads to find the deliveries a run lacks (see createMissingDeliveries), and a page of them. */
 const RANGE_LIMIT = 500_000;
@@ -164,7 +179,8 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
         },
         page,
       ),
-    probe: () => probeStreamRead(session!.nc, { stream: pull.stream.name, filterSubjects: pull.consumer.filterSubjects, expiresMs: 2000 }),
+    probe: () =>
+      parts.shareProbe(() => probeStreamRead(session!.nc, { stream: pull.stream.name, filterSubjects: pull.consumer.filterSubjects, expiresMs: 2000 })),
     heldSeqs: () => new Set(held.inOrder().flatMap((h) => (h.epoch === epoch ? [h.seq] : []))),
     highestReceived: () => highestReceived,
     applied: parts.applied,
@@ -178,7 +194,7 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
   const work = async (): Promise<void> => {
     while (!stop.signal.aborted) {
       const now = Date.now();
-      missing.awaited(); // gives up on the waits that ran out
+      missing.expire();
       const ready = held.ready(now, blocked);
       if (ready === 0) {
         const retryAt = held.nextRetryAt(now);
@@ -210,6 +226,7 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
           if (stop.signal.aborted) return 0;
           const now = Date.now();
           // While messages are awaited, keep pulling: they only come back through pulls, even with max_ack_pending reached.
+          missing.expire();
           const waiting = missing.checking() || missing.awaited() > 0;
           const space = Math.max(pull.consumer.maxAckPending - held.size(), waiting ? missing.awaited() : 0);
           const allowed = options.lease?.mayPull() ?? true;

@@ -46,7 +46,9 @@ export type MissingDeliveries = {
   connected(up: boolean): void;
   /** Whether a held message must wait: an earlier message of its aggregate is awaited, or may be (a check is under way). */
   blocked(aggregate: string, seq: number): boolean;
-  /** How many messages are awaited (the run keeps pulling for them), after giving up on those whose wait ran out. */
+  /** Ends the waits that ran out: gives up on them, or first asks the consumer whether a redelivery went missing too. */
+  expire(): void;
+  /** How many messages are awaited (the run keeps pulling for them). */
   awaited(): number;
   /** Whether a check is under way. */
   checking(): boolean;
@@ -284,10 +286,8 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
       if (check !== undefined && seq > check.from && holding()) return true;
       return awaited.holdsBack(aggregate, seq);
     },
-    awaited() {
-      expire();
-      return awaited.size();
-    },
+    expire,
+    awaited: () => awaited.size(),
     checking: () => holding(),
     nextDeadlineIn() {
       if (pullingSince === undefined || confirming) return undefined;

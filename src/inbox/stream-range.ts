@@ -1,5 +1,6 @@
-import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type ConsumerConfig } from '@nats-io/jetstream';
 import { nanos, type NatsConnection } from '@nats-io/nats-core';
+import { filterOf } from '../nats/ensure-consumer.ts';
 import { toInboxMessage, type InboxMessage } from './inbox-message.ts';
 
 /** One stream message of the range, as the inbox would see it. */
@@ -21,6 +22,15 @@ export type StreamRangeQuery = {
   expiresMs: number;
 };
 
+/** The ephemeral reader's consumer: no acks, in memory, one replica, gone by itself soon after its last fetch. */
+const readerConfig = (q: Pick<StreamRangeQuery, 'filterSubjects' | 'expiresMs'>): Partial<ConsumerConfig> => ({
+  ack_policy: AckPolicy.None,
+  ...filterOf(q.filterSubjects),
+  mem_storage: true,
+  num_replicas: 1,
+  inactive_threshold: nanos(Math.max(5000, q.expiresMs * 2)),
+});
+
 /**
  * Reads the messages on `filterSubjects` with stream sequence in (after, upTo], in stream order, handing them to
  * `page` a page at a time (awaited before the next is read), through a short-lived ephemeral consumer deleted
@@ -31,13 +41,9 @@ export async function readStreamRange(nc: NatsConnection, q: StreamRangeQuery, p
   if (q.upTo <= q.after) return true;
   const jsm = await jetstreamManager(nc);
   const info = await jsm.consumers.add(q.stream, {
-    ack_policy: AckPolicy.None,
+    ...readerConfig(q),
     deliver_policy: DeliverPolicy.StartSequence,
     opt_start_seq: q.after + 1,
-    ...(q.filterSubjects.length === 1 ? { filter_subject: q.filterSubjects[0]! } : { filter_subjects: q.filterSubjects }),
-    mem_storage: true,
-    num_replicas: 1,
-    inactive_threshold: nanos(Math.max(5000, q.expiresMs * 2)),
   });
   try {
     let pending = info.num_pending;
@@ -73,13 +79,6 @@ export async function readStreamRange(nc: NatsConnection, q: StreamRangeQuery, p
 /** Resolves once an ephemeral consumer like readStreamRange's could be created (and deleted again) on `stream`; rejects as it would. */
 export async function probeStreamRead(nc: NatsConnection, q: Pick<StreamRangeQuery, 'stream' | 'filterSubjects' | 'expiresMs'>): Promise<void> {
   const jsm = await jetstreamManager(nc);
-  const info = await jsm.consumers.add(q.stream, {
-    ack_policy: AckPolicy.None,
-    deliver_policy: DeliverPolicy.New,
-    ...(q.filterSubjects.length === 1 ? { filter_subject: q.filterSubjects[0]! } : { filter_subjects: q.filterSubjects }),
-    mem_storage: true,
-    num_replicas: 1,
-    inactive_threshold: nanos(Math.max(5000, q.expiresMs * 2)),
-  });
+  const info = await jsm.consumers.add(q.stream, { ...readerConfig(q), deliver_policy: DeliverPolicy.New });
   await jsm.consumers.delete(q.stream, info.name).catch(() => undefined);
 }

@@ -32,7 +32,9 @@ export class UnsafeConsumerConfigError extends Error {
   override readonly name = 'UnsafeConsumerConfigError';
 }
 
-const filterOf = (subjects: string[]): Partial<ConsumerConfig> => (subjects.length === 1 ? { filter_subject: subjects[0]! } : { filter_subjects: subjects });
+/** The consumer config that filters on `subjects`: filter_subject for one (any broker), filter_subjects for several (2.10+). */
+export const filterOf = (subjects: string[]): Partial<ConsumerConfig> =>
+  subjects.length === 1 ? { filter_subject: subjects[0]! } : { filter_subjects: subjects };
 
 const sameFilters = (cfg: ConsumerConfig, subjects: string[]) => {
   const have = cfg.filter_subjects ?? (cfg.filter_subject ? [cfg.filter_subject] : []);

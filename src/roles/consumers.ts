@@ -5,6 +5,7 @@ import { findSubscriber } from '../compose/define-modules.ts';
 import { createDatabase } from '../db/open-database.ts';
 import { createWriter, type Writer } from '../db/writer.ts';
 import { createConsumerRunner, type ConsumerFaults, type ConsumerRunner } from '../inbox/consumer-runner.ts';
+import { shareOnce } from '../inbox/consumer-session.ts';
 import { createInboxDeps, handleBatch } from '../inbox/handle-once.ts';
 import type { InboxMessage } from '../inbox/inbox-message.ts';
 import type { HeldLease } from '../inbox/lease-fence.ts';
@@ -101,6 +102,7 @@ export async function createConsumersRole(config: Config, shared: RoleDeps, io: 
       writers.push(writer);
       const base = durableNameOf(config.SERVICE_NAME, subscriber.name);
       const aggregates = subscriberAggregates(subscriber, deps.registry);
+      const shareProbe = shareOnce();
       // A run's writes are fenced by its lease (see createLeasedSubscriber); compaction writes through the plain queue.
       const runnerFor = (partition: number, lease: HeldLease, fenced: () => void): ConsumerRunner => {
         const fencedQueue = fencedWriter(writer, lease);
@@ -112,6 +114,7 @@ export async function createConsumersRole(config: Config, shared: RoleDeps, io: 
           durableName: mode.partitioned ? partitionDurableName(base, partition) : base,
           ...(mode.partitioned ? { filterSubjects: partitionFilters(stream.prefix, aggregates, partition) } : {}),
           pullExpiresMs: pullExpiryFor(config.RELAY_LEASE_TTL_MS),
+          shareProbe,
           db,
           writer: fencedQueue,
           processBatch: handBackWhenFenced(write, (error) => {
