@@ -8,6 +8,8 @@ export type AwaitedMessages = {
   size(): number;
   /** Forgets the ones whose deadline passed by `now` and hands them back (the caller logs them). */
   expire(now: number): Array<{ seq: number; aggregate: string }>;
+  /** The ones whose deadline passed by `now`, still awaited. */
+  due(now: number): Array<{ seq: number; aggregate: string }>;
   /** The earliest deadline of those still awaited. */
   nextDeadline(): number | undefined;
   /** Awaits `entries` too, each until `deadline` (one already awaited keeps its deadline when that is later). */
@@ -25,9 +27,9 @@ export type AwaitedMessages = {
 /**
  * An empty set of awaited messages. A message is awaited when the broker delivered it (it is unacknowledged) and
  * this run does not have it and has not applied it: a delivery lost in flight, or one an earlier run left behind.
- * The broker delivers it again once its ack_wait runs out; until then, or until its deadline (after which it is
- * given up on: acknowledged by someone after all, or not an event this subscriber applies), the later messages of
- * its aggregate wait, and every other aggregate flows.
+ * The broker delivers it again once its ack_wait runs out; until then, or until it is given up on at a deadline
+ * (the owner decides whether the deadline ends the wait or extends it), the later messages of its aggregate wait,
+ * and every other aggregate flows.
  */
 export function createAwaitedMessages(): AwaitedMessages {
   let bySeq = new Map<number, { aggregate: string; deadline: number }>();
@@ -36,6 +38,11 @@ export function createAwaitedMessages(): AwaitedMessages {
   const rebuild = () => {
     lowest = new Map();
     for (const [seq, a] of bySeq) if (seq < (lowest.get(a.aggregate) ?? Number.POSITIVE_INFINITY)) lowest.set(a.aggregate, seq);
+  };
+  const due = (now: number) => {
+    const out: Array<{ seq: number; aggregate: string }> = [];
+    for (const [seq, a] of bySeq) if (a.deadline <= now) out.push({ seq, aggregate: a.aggregate });
+    return out;
   };
   return {
     see(seq) {
@@ -46,9 +53,9 @@ export function createAwaitedMessages(): AwaitedMessages {
       return first !== undefined && first < seq;
     },
     size: () => bySeq.size,
+    due,
     expire(now) {
-      const gone: Array<{ seq: number; aggregate: string }> = [];
-      for (const [seq, a] of bySeq) if (a.deadline <= now) gone.push({ seq, aggregate: a.aggregate });
+      const gone = due(now);
       if (gone.length === 0) return gone;
       for (const g of gone) bySeq.delete(g.seq);
       rebuild();

@@ -100,9 +100,11 @@ const WORST: readonly BrokerState[] = ['unavailable', 'connecting', 'connected']
  *   the lease can be taken;
  * - what the old owner still holds comes back before the new owner applies anything newer of its aggregate: the new
  *   owner waits for every message the durable showed delivered and unacknowledged when it started that the
- *   subscriber's inbox does not hold (createMissingDeliveries, at most 1.5 × ack_wait + 1 s), and the old owner hands its messages back when it stops or, killed, paused or stuck,
- *   stops keeping them alive once its lease is gone (`holds`), so the broker delivers them again within ack_wait of
- *   the lease's end, inside that wait; one the old owner acknowledges instead was committed before it was acked;
+ *   subscriber's inbox does not hold (createMissingDeliveries), and the old owner hands its messages back when it
+ *   stops or, killed, paused or stuck, stops keeping them alive once its lease is gone (`holds`), so the broker
+ *   delivers them again about ack_wait after the lease's end; should progress heartbeats it sent before then reach
+ *   the broker late (a network partition healing), the new owner waits on for as long as the broker holds messages
+ *   unacknowledged outside its run; one the old owner acknowledges instead was committed before it was acked;
  * - the epoch fence: each batch's write checks, in its own write transaction, that the lease is still this
  *   instance's at the epoch of its acquisition (fencedWriter), else it rolls back and the batch is handed back.
  * Order would hold without the fence (a late commit of the old owner only holds events the new owner waits for, and

@@ -10,8 +10,9 @@ export type MissingDeliveriesDeps = {
   consumer: string;
   log: Logger;
   /**
-   * How long a message is awaited at most, counted only while the run has a pull request out (a redelivery reaches
-   * it through one): past the consumer's ack_wait, by when the broker has delivered it again.
+   * How long one wait for a message lasts, counted only while the run has a pull request out (a redelivery reaches
+   * it through one): past the consumer's ack_wait, by when the broker has usually delivered it again. When it runs
+   * out, the run asks the broker whether the message can still come (see createMissingDeliveries).
    */
   giveUpMs: number;
   /** The consumer's current state, from the broker. */
@@ -46,7 +47,7 @@ export type MissingDeliveries = {
   connected(up: boolean): void;
   /** Whether a held message must wait: an earlier message of its aggregate is awaited, or may be (a check is under way). */
   blocked(aggregate: string, seq: number): boolean;
-  /** Ends the waits that ran out: gives up on them, or first asks the consumer whether a redelivery went missing too. */
+  /** Looks again at the waits that ran out: asks the consumer whether each message can still come, and waits on or gives up. */
   expire(): void;
   /** How many messages are awaited (the run keeps pulling for them). */
   awaited(): number;
@@ -69,9 +70,13 @@ export type MissingDeliveries = {
  * consumer's ack floor at the start of a run) up to the highest sequence delivered, and awaits each one the run
  * neither holds nor finds in the subscriber's inbox or dead letters (under the id it would be recorded with), except
  * those the subscriber ignores: until it is delivered again, the later messages of its aggregate wait, other
- * aggregates flow. A message still missing after `giveUpMs` of pulling (a pull request out over a connection that
- * is up: only then can it come back) since a check last found it missing is given up on (logged), as is a check
- * that cannot read the stream by then.
+ * aggregates flow. After `giveUpMs` of pulling (a pull request out over a connection that is up: only then can it
+ * come back) since a check last found it missing, the run asks the consumer: a delivery made since that check that
+ * never reached the run starts a new check (the redelivery may be lost too); messages unacknowledged at the broker
+ * beyond those the run holds (another puller holds them, or an old one kept them alive) mean the awaited message
+ * may still come, and the wait goes on (logged); otherwise the broker will not deliver it again (someone
+ * acknowledged it) and it is given up on (logged). A check that cannot read the stream is given up on after
+ * `giveUpMs`.
  */
 export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDeliveries {
   const awaited = createAwaitedMessages();
@@ -112,17 +117,26 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
         firstSequence: Math.min(...gone.map((g) => g.seq)),
       });
   };
+  /** The waits that ran out go on for `ms` more of pulling time. */
+  const waitOn = (ms: number) => {
+    const due = awaited.due(clock());
+    awaited.add(due, clock() + ms);
+    return due;
+  };
   /** Whether the consumer is being asked if a wait that ran out may end. */
   let confirming = false;
   /**
-   * When a wait ran out, asks the consumer first: if it made a delivery since the last check that never reached this
-   * run (the awaited message's redelivery may have gone missing too), a check looks again and waits on; otherwise it
-   * gives up.
+   * When a wait ran out, asks the consumer first. A delivery it made since the last check that never reached this
+   * run (the awaited message's redelivery may have gone missing too): a check looks again. Messages unacknowledged
+   * at the broker beyond those this run held throughout the question: the awaited one may be among them, held by
+   * another puller or kept alive by a run that died (its last progress heartbeats can reach the broker late), so
+   * it waits on. None: nobody can still deliver it, and it is given up on.
    */
   const expire = () => {
     const next = awaited.nextDeadline();
     if (next === undefined || next > clock() || confirming || check) return;
     confirming = true;
+    const heldBefore = deps.heldSeqs();
     deps
       .consumerInfo()
       .then(
@@ -130,10 +144,23 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
           awaited.forgetUpTo(info.ack_floor.stream_seq);
           // deliveries the consumer made since the last check that never reached this run: one may be the redelivery
           const unreceived = baseline ? info.delivered.consumer_seq - baseline.delivered - (received - baseline.received) : 1;
-          if (unreceived !== 0) start();
-          else giveUp();
+          if (unreceived !== 0) return start();
+          // held both before the question and after the answer: delivered before it and not answered yet (a message is
+          // answered only as it is released), so the broker counted it as unacknowledged
+          const heldAfter = deps.heldSeqs();
+          let ours = 0;
+          for (const seq of heldBefore) if (heldAfter.has(seq)) ours++;
+          const elsewhere = info.num_ack_pending - ours;
+          if (elsewhere <= 0) return giveUp();
+          const due = waitOn(deps.giveUpMs);
+          if (due.length > 0)
+            deps.log.warn(
+              'consumer: still waiting for messages delivered but never received: the broker holds messages unacknowledged outside this run and will deliver them again; the later events of their aggregates wait',
+              { consumer: deps.consumer, messages: due.length, firstSequence: Math.min(...due.map((d) => d.seq)), unacknowledgedElsewhere: elsewhere },
+            );
         },
-        () => giveUp(),
+        // the broker could not say: ask again after a short wait rather than risk applying out of order
+        () => void waitOn(Math.min(deps.giveUpMs, 1000)),
       )
       .finally(() => {
         confirming = false;

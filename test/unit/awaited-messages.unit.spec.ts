@@ -32,6 +32,20 @@ describe('awaited messages', () => {
     expect(w.nextDeadline()).toBeUndefined();
   });
 
+  it('lists the messages whose deadline passed without forgetting them, and extends their wait when they are added again', () => {
+    const w = createAwaitedMessages();
+    w.add([{ seq: 3, aggregate: 'account.a' }], 1000);
+    w.add([{ seq: 7, aggregate: 'account.b' }], 3000);
+    expect(w.due(999)).toEqual([]);
+    const due = w.due(1000);
+    expect(due).toEqual([{ seq: 3, aggregate: 'account.a' }]);
+    expect(w.holdsBack('account.a', 4)).toBe(true);
+    w.add(due, 2500);
+    expect(w.nextDeadline()).toBe(2500);
+    expect(w.expire(2000)).toEqual([]);
+    expect(w.holdsBack('account.a', 4)).toBe(true);
+  });
+
   it('waits on until the later deadline for a message a later check finds missing again, and forgets those acknowledged since', () => {
     const w = createAwaitedMessages();
     w.add(
