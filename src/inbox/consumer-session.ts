@@ -163,7 +163,11 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
     consumer: name,
     log,
     giveUpMs: Math.round(pull.consumer.ackWaitMs * 1.5) + 1000,
-    consumerInfo: () => session!.consumer.info(),
+    // the answers sent so far reach the broker before the question
+    consumerInfo: async () => {
+      await session!.nc.flush();
+      return session!.consumer.info();
+    },
     readRange: (after, upTo, page) =>
       readStreamRange(
         session!.nc,
@@ -182,6 +186,7 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
     probe: () =>
       parts.shareProbe(() => probeStreamRead(session!.nc, { stream: pull.stream.name, filterSubjects: pull.consumer.filterSubjects, expiresMs: 2000 })),
     heldSeqs: () => new Set(held.inOrder().flatMap((h) => (h.epoch === epoch ? [h.seq] : []))),
+    heldFirstHand: () => new Set(held.inOrder().flatMap((h) => (h.epoch === epoch && h.copies.some((m) => m.info.deliveryCount === 1) ? [h.seq] : []))),
     highestReceived: () => highestReceived,
     applied: parts.applied,
     recordedAs: parts.recordedAs,

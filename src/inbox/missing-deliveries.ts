@@ -5,6 +5,10 @@ import { describeError } from './handle-once.ts';
 import { aggregateOf, type InboxMessage } from './inbox-message.ts';
 import type { RangeEntry } from './stream-range.ts';
 
+/** How many times a run asks the consumer before a wait that ran out goes on, and how far apart. */
+const CONFIRM_ASKS = 3;
+const CONFIRM_SPACING_MS = 250;
+
 /** What the guard asks of the run and of the broker. */
 export type MissingDeliveriesDeps = {
   consumer: string;
@@ -23,6 +27,11 @@ export type MissingDeliveriesDeps = {
   probe(): Promise<void>;
   /** The stream sequences the run holds now. */
   heldSeqs(): Set<number>;
+  /**
+   * The stream sequences the run holds that no other puller can have answered: first delivered to this run (a copy
+   * with delivery count 1). A message it got as a redelivery may have been acknowledged through an earlier delivery.
+   */
+  heldFirstHand(): Set<number>;
   /** The highest stream sequence the run received. */
   highestReceived(): number;
   /** The id a message would leave in the inbox or the dead letters, or undefined when it is one the subscriber ignores. */
@@ -127,45 +136,54 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
   let confirming = false;
   /**
    * When a wait ran out, asks the consumer first. A delivery it made since the last check that never reached this
-   * run (the awaited message's redelivery may have gone missing too): a check looks again. Messages unacknowledged
-   * at the broker beyond those this run held throughout the question: the awaited one may be among them, held by
-   * another puller or kept alive by a run that died (its last progress heartbeats can reach the broker late), so
-   * it waits on. None: nobody can still deliver it, and it is given up on.
+   * run (the awaited message's redelivery may have gone missing too): a check looks again. No message unacknowledged
+   * at the broker beyond those only this run can answer: nobody can still deliver the awaited one (someone
+   * acknowledged it), and it is given up on. Otherwise it may be held by another puller, or kept alive by a run
+   * that died (its last progress heartbeats can reach the broker late), and it waits on. Answers in flight count as
+   * unacknowledged for a moment, so it asks up to CONFIRM_ASKS times before it waits on: an acknowledged message
+   * never becomes unacknowledged again, so one answer with none elsewhere is enough.
    */
+  const confirm = async () => {
+    let elsewhere = 0;
+    for (let ask = 0; ask < CONFIRM_ASKS; ask++) {
+      if (ask > 0) await pause(CONFIRM_SPACING_MS);
+      if (deps.signal.aborted || check) return; // a check under way looks at the awaited messages again itself
+      const before = deps.heldFirstHand();
+      let info: ConsumerInfo;
+      try {
+        info = await deps.consumerInfo();
+      } catch {
+        waitOn(Math.min(deps.giveUpMs, 1000)); // the broker could not say: ask again soon rather than risk the order
+        return;
+      }
+      awaited.forgetUpTo(info.ack_floor.stream_seq);
+      if (awaited.due(clock()).length === 0) return;
+      // deliveries the consumer made since the last check that never reached this run: one may be the redelivery
+      const unreceived = baseline ? info.delivered.consumer_seq - baseline.delivered - (received - baseline.received) : 1;
+      if (unreceived !== 0) return start();
+      // held both before the question and after the answer: delivered before it and not answered yet (a message is
+      // answered only as it is released), so the broker counted it as unacknowledged
+      const after = deps.heldFirstHand();
+      let ours = 0;
+      for (const seq of before) if (after.has(seq)) ours++;
+      elsewhere = info.num_ack_pending - ours;
+      if (elsewhere <= 0) return giveUp();
+    }
+    const due = waitOn(deps.giveUpMs);
+    if (due.length > 0)
+      deps.log.warn(
+        'consumer: still waiting for messages delivered but never received: the broker holds messages unacknowledged outside this run and will deliver them again; the later events of their aggregates wait',
+        { consumer: deps.consumer, messages: due.length, firstSequence: Math.min(...due.map((d) => d.seq)), unacknowledgedElsewhere: elsewhere },
+      );
+  };
   const expire = () => {
     const next = awaited.nextDeadline();
     if (next === undefined || next > clock() || confirming || check) return;
     confirming = true;
-    const heldBefore = deps.heldSeqs();
-    deps
-      .consumerInfo()
-      .then(
-        (info) => {
-          awaited.forgetUpTo(info.ack_floor.stream_seq);
-          // deliveries the consumer made since the last check that never reached this run: one may be the redelivery
-          const unreceived = baseline ? info.delivered.consumer_seq - baseline.delivered - (received - baseline.received) : 1;
-          if (unreceived !== 0) return start();
-          // held both before the question and after the answer: delivered before it and not answered yet (a message is
-          // answered only as it is released), so the broker counted it as unacknowledged
-          const heldAfter = deps.heldSeqs();
-          let ours = 0;
-          for (const seq of heldBefore) if (heldAfter.has(seq)) ours++;
-          const elsewhere = info.num_ack_pending - ours;
-          if (elsewhere <= 0) return giveUp();
-          const due = waitOn(deps.giveUpMs);
-          if (due.length > 0)
-            deps.log.warn(
-              'consumer: still waiting for messages delivered but never received: the broker holds messages unacknowledged outside this run and will deliver them again; the later events of their aggregates wait',
-              { consumer: deps.consumer, messages: due.length, firstSequence: Math.min(...due.map((d) => d.seq)), unacknowledgedElsewhere: elsewhere },
-            );
-        },
-        // the broker could not say: ask again after a short wait rather than risk applying out of order
-        () => void waitOn(Math.min(deps.giveUpMs, 1000)),
-      )
-      .finally(() => {
-        confirming = false;
-        deps.changed();
-      });
+    void confirm().finally(() => {
+      confirming = false;
+      deps.changed();
+    });
   };
   const holding = () => check !== undefined && clock() < check.deadline;
 
@@ -319,7 +337,10 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
     nextDeadlineIn() {
       if (pullingSince === undefined || confirming) return undefined;
       const at = check ? check.deadline : awaited.nextDeadline();
-      return at === undefined ? undefined : Math.max(1, at - clock());
+      if (at === undefined) return undefined;
+      const left = at - clock();
+      // a check past its deadline no longer holds anything back, and says when it ends (changed)
+      return check && left <= 0 ? undefined : Math.max(1, left);
     },
   };
 }

@@ -1,0 +1,162 @@
+import { jetstream, jetstreamManager, type JsMsg } from '@nats-io/jetstream';
+import { describe, expect, it } from 'vitest';
+import { creditedEvent, openedEvent } from '../support/accounts.ts';
+import { testRunner } from '../support/consumer.ts';
+import { eventually } from '../support/eventually.ts';
+import { natsClient } from '../support/nats.ts';
+import { appliedEvents, eventIds, logLines, recorder, recordingDb } from '../support/recording-subscriber.ts';
+import { freshStream, publishEvents } from '../support/stream.ts';
+import { useNats } from '../support/use-nats.ts';
+
+// Another puller on the durable holds a1 and keeps it alive (as a dead owner's late progress heartbeats do) for
+// several waits of the run, and the broker stops answering for a while in the middle (SIGSTOP: consumer info
+// requests time out). The run holds a2 back until a1 reaches it, asks the consumer about once per wait (no busy
+// loop), and applies a1 then a2 (a1 is handed back at the end, or the broker delivers it to the run when it resumes:
+// a1's ack_wait ran out while it was stopped).
+
+const nats = useNats();
+
+describe('lost deliveries - waiting on for a message held alive elsewhere', () => {
+  it('holds a2 back for as long as another puller keeps a1 alive, through a broker that stops answering, without spinning', async () => {
+    const ackWaitMs = 3000; // one wait: 5.5 s of pulling
+    const stream = await freshStream(nats().nc, 'WAITONHELD');
+    await using sdb = await recordingDb();
+    const tag = `${process.pid}-${Date.now()}`;
+    const a = `held-a-${tag}`;
+    const sub = recorder('waitonheld');
+    const warm = openedEvent({ accountId: `held-w-${tag}` });
+    const [a1, a2] = [openedEvent({ accountId: a }), creditedEvent({ accountId: a, version: 2 })];
+    const jsm = await jetstreamManager(nats().nc);
+    const info = () => jsm.consumers.info(stream.name, 'waitonheld');
+    const { log, lines } = logLines();
+
+    let pulling = true;
+    const stop = new AbortController();
+    const running = testRunner(sdb, nats().url, sub, stream, { ackWaitMs, pullExpiresMs: 1000, maxDeliver: 100_000, log }).run({
+      signal: stop.signal,
+      timeLimitMs: 58_000,
+      lease: { mayPull: () => pulling, holds: () => true },
+    });
+    const other = await natsClient(nats().url);
+    let keepAlive: ReturnType<typeof setInterval> | undefined;
+    try {
+      await publishEvents(nats().nc, stream, [warm]);
+      await eventually(async () => (await appliedEvents(sdb)).length === 1, { what: 'the first event applied' });
+      const durable = await jetstream(other).consumers.get(stream.name, 'waitonheld');
+
+      pulling = false;
+      await eventually(async () => (await info()).num_waiting === 0, { what: 'no pull request of the run left' });
+      await publishEvents(nats().nc, stream, [a1]);
+      const a1Msg = (await durable.next({ expires: 2000 })) as JsMsg;
+      expect(a1Msg.headers?.get('Nats-Msg-Id')).toBe(a1.eventId);
+      keepAlive = setInterval(() => a1Msg.working(), ackWaitMs / 4);
+      pulling = true;
+      await publishEvents(nats().nc, stream, [a2]);
+      await eventually(async () => (await info()).num_ack_pending === 2, { what: 'a2 held by the run' });
+
+      const cpuBefore = process.cpuUsage();
+      const t0 = Date.now();
+      await new Promise((r) => setTimeout(r, 9000));
+      await nats().server.pause();
+      await new Promise((r) => setTimeout(r, 6000));
+      nats().server.resume();
+      await new Promise((r) => setTimeout(r, 12_000));
+      const cpu = process.cpuUsage(cpuBefore);
+      const windowMs = Date.now() - t0;
+      const early = await appliedEvents(sdb);
+
+      clearInterval(keepAlive);
+      keepAlive = undefined;
+      a1Msg.nak();
+      await eventually(async () => (await appliedEvents(sdb)).length >= 3, { timeoutMs: 10_000, what: 'a1 and a2 applied' }).catch(() => undefined);
+      const applied = await appliedEvents(sdb);
+      const waits = lines.filter((l) => l.includes('waiting for messages') || l.includes('stopped waiting'));
+      const cpuShare = (cpu.user + cpu.system) / 1000 / windowMs;
+      console.log(`cpu ${(cpuShare * 100).toFixed(1)}% of a core over ${windowMs} ms; ${waits.length} wait lines:\n${waits.join('\n')}`);
+      // a2 not before a1 (the broker may deliver a1 to the run when it resumes: its ack_wait ran out during the pause)
+      const a2At = early.indexOf(a2.eventId);
+      expect(a2At === -1 || (early.indexOf(a1.eventId) !== -1 && early.indexOf(a1.eventId) < a2At), `${early.join(',')}\n${waits.join('\n')}`).toBe(true);
+      expect(applied).toEqual(eventIds([warm, a1, a2]));
+      expect(waits.filter((l) => l.includes('stopped waiting'))).toEqual([]);
+      expect(waits.filter((l) => l.includes('still waiting')).length).toBeLessThanOrEqual(Math.ceil(windowMs / 5500) + 2);
+      expect(cpuShare).toBeLessThan(0.3);
+    } finally {
+      if (keepAlive) clearInterval(keepAlive);
+      nats().server.resume();
+      await other.close();
+      stop.abort();
+      await running.catch(() => undefined);
+    }
+  }, 60_000);
+  it('holds a2 back for as long as another puller keeps a1 alive, across a broker restart', async () => {
+    const ackWaitMs = 3000; // one wait: 5.5 s of pulling
+    const stream = await freshStream(nats().nc, 'WAITONRESTART');
+    await using sdb = await recordingDb();
+    const tag = `${process.pid}-${Date.now()}`;
+    const a = `restart-a-${tag}`;
+    const sub = recorder('waitonrestart');
+    const warm = openedEvent({ accountId: `restart-w-${tag}` });
+    const [a1, a2] = [openedEvent({ accountId: a }), creditedEvent({ accountId: a, version: 2 })];
+    const jsm = await jetstreamManager(nats().nc);
+    const info = () => jsm.consumers.info(stream.name, 'waitonrestart');
+    const { log, lines } = logLines();
+
+    let pulling = true;
+    const stop = new AbortController();
+    const running = testRunner(sdb, nats().url, sub, stream, { ackWaitMs, pullExpiresMs: 1000, maxDeliver: 100_000, log }).run({
+      signal: stop.signal,
+      timeLimitMs: 58_000,
+      lease: { mayPull: () => pulling, holds: () => true },
+    });
+    const other = await natsClient(nats().url);
+    let keepAlive: ReturnType<typeof setInterval> | undefined;
+    try {
+      await publishEvents(nats().nc, stream, [warm]);
+      await eventually(async () => (await appliedEvents(sdb)).length === 1, { what: 'the first event applied' });
+      const durable = await jetstream(other).consumers.get(stream.name, 'waitonrestart');
+
+      pulling = false;
+      await eventually(async () => (await info()).num_waiting === 0, { what: 'no pull request of the run left' });
+      await publishEvents(nats().nc, stream, [a1]);
+      const a1Msg = (await durable.next({ expires: 2000 })) as JsMsg;
+      expect(a1Msg.headers?.get('Nats-Msg-Id')).toBe(a1.eventId);
+      keepAlive = setInterval(() => a1Msg.working(), ackWaitMs / 4);
+      pulling = true;
+      await publishEvents(nats().nc, stream, [a2]);
+      await eventually(async () => (await info()).num_ack_pending === 2, { what: 'a2 held by the run' });
+
+      const cpuBefore = process.cpuUsage();
+      const t0 = Date.now();
+      await new Promise((r) => setTimeout(r, 9000));
+      await nats().server.stop();
+      await new Promise((r) => setTimeout(r, 2000));
+      await nats().server.restart();
+      await new Promise((r) => setTimeout(r, 12_000));
+      const cpu = process.cpuUsage(cpuBefore);
+      const windowMs = Date.now() - t0;
+      const early = await appliedEvents(sdb);
+
+      clearInterval(keepAlive);
+      keepAlive = undefined;
+      a1Msg.nak();
+      await eventually(async () => (await appliedEvents(sdb)).length >= 3, { timeoutMs: 10_000, what: 'a1 and a2 applied' }).catch(() => undefined);
+      const applied = await appliedEvents(sdb);
+      const waits = lines.filter((l) => l.includes('waiting for messages') || l.includes('stopped waiting'));
+      const cpuShare = (cpu.user + cpu.system) / 1000 / windowMs;
+      console.log(`cpu ${(cpuShare * 100).toFixed(1)}% of a core over ${windowMs} ms; ${waits.length} wait lines:\n${waits.join('\n')}`);
+      // a2 not before a1 (the broker may deliver a1 to the run when it resumes: its ack_wait ran out during the pause)
+      const a2At = early.indexOf(a2.eventId);
+      expect(a2At === -1 || (early.indexOf(a1.eventId) !== -1 && early.indexOf(a1.eventId) < a2At), `${early.join(',')}\n${waits.join('\n')}`).toBe(true);
+      expect(applied).toEqual(eventIds([warm, a1, a2]));
+      expect(waits.filter((l) => l.includes('stopped waiting'))).toEqual([]);
+      expect(waits.filter((l) => l.includes('still waiting')).length).toBeLessThanOrEqual(Math.ceil(windowMs / 5500) + 2);
+      expect(cpuShare).toBeLessThan(0.3);
+    } finally {
+      if (keepAlive) clearInterval(keepAlive);
+      nats().server.resume();
+      await other.close();
+      stop.abort();
+      await running.catch(() => undefined);
+    }
+  }, 60_000);
+});

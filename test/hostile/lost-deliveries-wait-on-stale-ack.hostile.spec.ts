@@ -1,0 +1,94 @@
+import { jetstream, jetstreamManager, type JsMsg } from '@nats-io/jetstream';
+import { sql } from 'drizzle-orm';
+import { describe, expect, it } from 'vitest';
+import { creditedEvent, openedEvent, testSubscriber } from '../support/accounts.ts';
+import { testRunner } from '../support/consumer.ts';
+import { eventually } from '../support/eventually.ts';
+import { natsClient } from '../support/nats.ts';
+import { appliedEvents, eventIds, logLines, recordingDb } from '../support/recording-subscriber.ts';
+import { freshStream, publishEvents } from '../support/stream.ts';
+import { useNats } from '../support/use-nats.ts';
+
+// A run awaits a1 (another puller on the durable holds it and keeps it alive, as a dead owner's late heartbeats do)
+// and holds a2 back. When its wait runs out it asks the consumer how many messages are unacknowledged beyond the ones
+// it holds. Here one message it holds (P, a handler failure it retries) was acknowledged at the broker by an
+// earlier delivery of P (the other puller had it first and answers it late): the broker no longer counts P, the run
+// still does, so "unacknowledged outside this run" comes out 0 although a1 is still out there.
+
+const nats = useNats();
+
+describe('lost deliveries - waiting on while a held message was acknowledged through an earlier delivery', () => {
+  it('applies a1 before a2 when the run holds a message the broker already counts as acknowledged', async () => {
+    const ackWaitMs = 3000; // one wait: 5.5 s of pulling
+    const stream = await freshStream(nats().nc, 'WAITONSTALE');
+    await using sdb = await recordingDb();
+    const tag = `${process.pid}-${Date.now()}`;
+    const a = `staleack-a-${tag}`;
+    const p = `staleack-poison-${tag}`;
+    const sub = testSubscriber('waitonstale', async (tx, event) => {
+      if (event.aggregateId === p) throw new Error('poison: always fails');
+      await tx.run(sql`INSERT INTO applied (event_id) VALUES (${event.eventId})`);
+    });
+    const warm = openedEvent({ accountId: `staleack-w-${tag}` });
+    const [a1, a2] = [openedEvent({ accountId: a }), creditedEvent({ accountId: a, version: 2 })];
+    const poison = openedEvent({ accountId: p });
+    const jsm = await jetstreamManager(nats().nc);
+    const info = () => jsm.consumers.info(stream.name, 'waitonstale');
+    const { log, lines } = logLines();
+
+    let pulling = true;
+    const stop = new AbortController();
+    const running = testRunner(sdb, nats().url, sub, stream, { ackWaitMs, pullExpiresMs: 1000, maxDeliver: 100_000, log }).run({
+      signal: stop.signal,
+      timeLimitMs: 55_000,
+      lease: { mayPull: () => pulling, holds: () => true },
+    });
+    const other = await natsClient(nats().url);
+    let keepAlive: ReturnType<typeof setInterval> | undefined;
+    try {
+      await publishEvents(nats().nc, stream, [warm]);
+      await eventually(async () => (await appliedEvents(sdb)).length === 1, { what: 'the first event applied' });
+      const durable = await jetstream(other).consumers.get(stream.name, 'waitonstale');
+
+      // the other puller takes P and a1; it keeps a1 alive, lets P's ack_wait run out
+      pulling = false;
+      await eventually(async () => (await info()).num_waiting === 0, { what: 'no pull request of the run left' });
+      await publishEvents(nats().nc, stream, [poison, a1]);
+      const pOld = (await durable.next({ expires: 2000 })) as JsMsg;
+      const a1Msg = (await durable.next({ expires: 2000 })) as JsMsg;
+      expect(pOld.headers?.get('Nats-Msg-Id')).toBe(poison.eventId);
+      expect(a1Msg.headers?.get('Nats-Msg-Id')).toBe(a1.eventId);
+      keepAlive = setInterval(() => a1Msg.working(), ackWaitMs / 4);
+
+      // the run gets a2 (a gap in its deliveries: a check awaits P and a1), then P once its ack_wait ran out
+      pulling = true;
+      await publishEvents(nats().nc, stream, [a2]);
+      await eventually(async () => (await info()).delivered.consumer_seq === 5, { timeoutMs: 10_000, what: 'P delivered again, to the run' });
+      await new Promise((r) => setTimeout(r, 300)); // the run fails P and holds it, retrying
+
+      // the other puller answers its earlier delivery of P: the broker counts P as acknowledged
+      pOld.ack();
+      await eventually(async () => (await info()).num_ack_pending === 2, { what: 'only a1 (other puller) and a2 (run) unacknowledged' });
+      expect(await appliedEvents(sdb)).toEqual(eventIds([warm]));
+
+      // a1 is still held elsewhere, kept alive: a2 must wait. Let the run's wait run out (5.5 s) twice over
+      await new Promise((r) => setTimeout(r, 13_000));
+      const early = await appliedEvents(sdb);
+
+      // then the other puller hands a1 back: it reaches the run
+      clearInterval(keepAlive);
+      keepAlive = undefined;
+      a1Msg.nak();
+      await eventually(async () => (await appliedEvents(sdb)).length >= 3, { timeoutMs: 15_000, what: 'a1 and a2 applied' }).catch(() => undefined);
+      const applied = await appliedEvents(sdb);
+      const waits = lines.filter((l) => l.includes('waiting for messages') || l.includes('stopped waiting'));
+      expect(early, `a2 applied while a1 was still held elsewhere; the run logged:\n${waits.join('\n')}`).toEqual(eventIds([warm]));
+      expect(applied).toEqual(eventIds([warm, a1, a2]));
+    } finally {
+      if (keepAlive) clearInterval(keepAlive);
+      await other.close();
+      stop.abort();
+      await running.catch(() => undefined);
+    }
+  }, 60_000);
+});
