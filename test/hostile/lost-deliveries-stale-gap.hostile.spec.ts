@@ -1,13 +1,12 @@
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
-import { creditedEvent, openedEvent, testSubscriber } from '../support/accounts.ts';
+import { creditedEvent, openedEvent } from '../support/accounts.ts';
 import { testRunner } from '../support/consumer.ts';
 import { eventually } from '../support/eventually.ts';
 import { natsClient } from '../support/nats.ts';
 import { freshStream, publishEvents } from '../support/stream.ts';
 import { useNats } from '../support/use-nats.ts';
-import { appliedEvents, eventIds, recordingDb } from '../support/recording-subscriber.ts';
+import { appliedEvents, recorder, eventIds, recordingDb } from '../support/recording-subscriber.ts';
 
 // An awaited message that someone else acknowledged (so the broker never delivers it again) is given up on after one
 // wait (1.5 × ack_wait + 1 s of pulling), even when the consumer's last delivery went to another puller: the runner
@@ -23,13 +22,7 @@ describe('lost deliveries - an old gap re-arms every expired wait', () => {
     await using sdb = await recordingDb();
     const a = `stale-a-${process.pid}`;
     const p = `stale-poison-${process.pid}`;
-    const sub = {
-      ...testSubscriber('stalegap', async (tx, event) => {
-        if (event.aggregateId === p) throw new Error('poison: always fails');
-        await tx.run(sql`INSERT INTO applied (event_id) VALUES (${event.eventId})`);
-      }),
-      types: ['account.opened.v1'],
-    };
+    const sub = recorder('stalegap', ['account.opened.v1'], { failingFor: p });
     const [a1, a2, a3] = [openedEvent({ accountId: a }), openedEvent({ accountId: a, version: 2 }), openedEvent({ accountId: a, version: 3 })];
     const poison = openedEvent({ accountId: p });
     const jsm = await jetstreamManager(nats().nc);

@@ -1,11 +1,10 @@
 import { jetstream, jetstreamManager, type JsMsg } from '@nats-io/jetstream';
-import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
-import { creditedEvent, openedEvent, testSubscriber } from '../support/accounts.ts';
+import { creditedEvent, openedEvent } from '../support/accounts.ts';
 import { testRunner } from '../support/consumer.ts';
 import { eventually } from '../support/eventually.ts';
 import { natsClient } from '../support/nats.ts';
-import { appliedEvents, eventIds, logLines, recordingDb } from '../support/recording-subscriber.ts';
+import { appliedEvents, recorder, eventIds, logLines, recordingDb } from '../support/recording-subscriber.ts';
 import { freshStream, publishEvents } from '../support/stream.ts';
 import { useNats } from '../support/use-nats.ts';
 
@@ -25,10 +24,7 @@ describe('lost deliveries - waiting on while a held message was acknowledged thr
     const tag = `${process.pid}-${Date.now()}`;
     const a = `staleack-a-${tag}`;
     const p = `staleack-poison-${tag}`;
-    const sub = testSubscriber('waitonstale', async (tx, event) => {
-      if (event.aggregateId === p) throw new Error('poison: always fails');
-      await tx.run(sql`INSERT INTO applied (event_id) VALUES (${event.eventId})`);
-    });
+    const sub = recorder('waitonstale', undefined, { failingFor: p });
     const warm = openedEvent({ accountId: `staleack-w-${tag}` });
     const [a1, a2] = [openedEvent({ accountId: a }), creditedEvent({ accountId: a, version: 2 })];
     const poison = openedEvent({ accountId: p });

@@ -1,11 +1,10 @@
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
-import { openedEvent, testSubscriber } from '../support/accounts.ts';
+import { openedEvent } from '../support/accounts.ts';
 import { testRunner } from '../support/consumer.ts';
 import { eventually } from '../support/eventually.ts';
 import { natsClient } from '../support/nats.ts';
-import { appliedEvents, logLines, recordingDb } from '../support/recording-subscriber.ts';
+import { appliedEvents, recorder, logLines, recordingDb } from '../support/recording-subscriber.ts';
 import { freshStream, publishEvents, publishRaw } from '../support/stream.ts';
 import { useNats } from '../support/use-nats.ts';
 
@@ -26,10 +25,7 @@ describe('lost deliveries - waiting on while other aggregates keep flowing', () 
     const tag = `${process.pid}-${Date.now()}`;
     const a = `flow-a-${tag}`;
     const p = `flow-poison-${tag}`;
-    const sub = testSubscriber('waitonflow', async (tx, event) => {
-      if (event.aggregateId === p) throw new Error('poison: always fails');
-      await tx.run(sql`INSERT INTO applied (event_id) VALUES (${event.eventId})`);
-    });
+    const sub = recorder('waitonflow', undefined, { failingFor: p });
     const [a1, a2, a3] = [openedEvent({ accountId: a }), openedEvent({ accountId: a, version: 2 }), openedEvent({ accountId: a, version: 3 })];
     const poison = openedEvent({ accountId: p });
     const jsm = await jetstreamManager(nats().nc);

@@ -16,9 +16,13 @@ export async function recordingDb(options: { busyTimeoutMs?: number } = {}): Pro
   return sdb;
 }
 
-/** A subscriber named `name` that records each event it applies in `applied`; it applies `types` (default: every fixture type). */
-export function recorder(name: string, types?: string[]): Subscriber {
+/**
+ * A subscriber named `name` that records each event it applies in `applied`; it applies `types` (default: every
+ * fixture type). With `failingFor`, its handler always fails for the events of that aggregate id (a poison event).
+ */
+export function recorder(name: string, types?: string[], options: { failingFor?: string } = {}): Subscriber {
   const s = testSubscriber(name, async (tx, event) => {
+    if (event.aggregateId === options.failingFor) throw new Error('poison: always fails');
     await tx.run(sql`INSERT INTO applied (event_id) VALUES (${event.eventId})`);
   });
   return types ? { ...s, types } : s;
