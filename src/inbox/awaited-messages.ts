@@ -8,8 +8,12 @@ export type AwaitedMessages = {
   size(): number;
   /** Forgets the ones whose deadline passed by `now` and hands them back (the caller logs them). */
   expire(now: number): Array<{ seq: number; aggregate: string }>;
-  /** The ones whose deadline passed by `now`, still awaited. */
-  due(now: number): Array<{ seq: number; aggregate: string }>;
+  /** The ones whose deadline passed by `now`, still awaited, with how many times their wait was extended. */
+  due(now: number): Array<{ seq: number; aggregate: string; extensions: number }>;
+  /** Extends the wait for `seqs` to `deadline` (never shortening it) and counts one more extension for each. */
+  extend(seqs: number[], deadline: number): void;
+  /** Forgets `seqs` (given up on). */
+  forget(seqs: number[]): void;
   /** The earliest deadline of those still awaited. */
   nextDeadline(): number | undefined;
   /** Awaits `entries` too, each until `deadline` (one already awaited keeps its deadline when that is later). */
@@ -32,7 +36,7 @@ export type AwaitedMessages = {
  * and every other aggregate flows.
  */
 export function createAwaitedMessages(): AwaitedMessages {
-  let bySeq = new Map<number, { aggregate: string; deadline: number }>();
+  let bySeq = new Map<number, { aggregate: string; deadline: number; extensions: number }>();
   /** The lowest awaited sequence per aggregate, rebuilt when the set changes. */
   let lowest = new Map<string, number>();
   const rebuild = () => {
@@ -40,8 +44,8 @@ export function createAwaitedMessages(): AwaitedMessages {
     for (const [seq, a] of bySeq) if (seq < (lowest.get(a.aggregate) ?? Number.POSITIVE_INFINITY)) lowest.set(a.aggregate, seq);
   };
   const due = (now: number) => {
-    const out: Array<{ seq: number; aggregate: string }> = [];
-    for (const [seq, a] of bySeq) if (a.deadline <= now) out.push({ seq, aggregate: a.aggregate });
+    const out: Array<{ seq: number; aggregate: string; extensions: number }> = [];
+    for (const [seq, a] of bySeq) if (a.deadline <= now) out.push({ seq, aggregate: a.aggregate, extensions: a.extensions });
     return out;
   };
   return {
@@ -54,8 +58,19 @@ export function createAwaitedMessages(): AwaitedMessages {
     },
     size: () => bySeq.size,
     due,
+    extend(seqs, deadline) {
+      for (const seq of seqs) {
+        const a = bySeq.get(seq);
+        if (a) bySeq.set(seq, { ...a, deadline: Math.max(deadline, a.deadline), extensions: a.extensions + 1 });
+      }
+    },
+    forget(seqs) {
+      let changed = false;
+      for (const seq of seqs) changed = bySeq.delete(seq) || changed;
+      if (changed) rebuild();
+    },
     expire(now) {
-      const gone = due(now);
+      const gone = due(now).map(({ seq, aggregate }) => ({ seq, aggregate }));
       if (gone.length === 0) return gone;
       for (const g of gone) bySeq.delete(g.seq);
       rebuild();
@@ -68,7 +83,10 @@ export function createAwaitedMessages(): AwaitedMessages {
     },
     add(entries, deadline) {
       if (entries.length === 0) return;
-      for (const e of entries) bySeq.set(e.seq, { aggregate: e.aggregate, deadline: Math.max(deadline, bySeq.get(e.seq)?.deadline ?? deadline) });
+      for (const e of entries) {
+        const had = bySeq.get(e.seq);
+        bySeq.set(e.seq, { aggregate: e.aggregate, deadline: Math.max(deadline, had?.deadline ?? deadline), extensions: had?.extensions ?? 0 });
+      }
       rebuild();
     },
     forgetUpTo(seq) {

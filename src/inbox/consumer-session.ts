@@ -120,8 +120,19 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
     }
   };
 
+  /**
+   * When held messages were last kept alive, and those held then that may have been redelivered elsewhere since: a
+   * gap of half an ack_wait between keep-alives (the event loop held up, the lease gone for a while) may have let
+   * the broker redeliver them.
+   */
+  let keptAliveAt = performance.now();
+  let lapsed = new Set<number>();
+  const keepAliveLapsed = () => performance.now() - keptAliveAt > pull.consumer.ackWaitMs / 2;
   const heartbeat = setInterval(() => {
-    if (!crash && (options.lease?.holds() ?? true)) held.keepAlive(epoch);
+    if (crash || !(options.lease?.holds() ?? true)) return;
+    if (keepAliveLapsed()) for (const h of held.inOrder()) lapsed.add(h.seq);
+    held.keepAlive(epoch);
+    keptAliveAt = performance.now();
   }, parts.heartbeatMs);
 
   const release = (h: HeldMessage, how: (m: JsMsg) => void, what: string) => {
@@ -186,7 +197,12 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
     probe: () =>
       parts.shareProbe(() => probeStreamRead(session!.nc, { stream: pull.stream.name, filterSubjects: pull.consumer.filterSubjects, expiresMs: 2000 })),
     heldSeqs: () => new Set(held.inOrder().flatMap((h) => (h.epoch === epoch ? [h.seq] : []))),
-    heldFirstHand: () => new Set(held.inOrder().flatMap((h) => (h.epoch === epoch && h.copies.some((m) => m.info.deliveryCount === 1) ? [h.seq] : []))),
+    heldFirstHand: () => {
+      const now = held.inOrder();
+      lapsed = new Set(now.flatMap((h) => (lapsed.has(h.seq) ? [h.seq] : []))); // forget those answered since
+      if (keepAliveLapsed()) return new Set<number>();
+      return new Set(now.flatMap((h) => (h.epoch === epoch && !lapsed.has(h.seq) && h.copies.some((m) => m.info.deliveryCount === 1) ? [h.seq] : [])));
+    },
     highestReceived: () => highestReceived,
     applied: parts.applied,
     recordedAs: parts.recordedAs,

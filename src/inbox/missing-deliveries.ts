@@ -8,6 +8,8 @@ import type { RangeEntry } from './stream-range.ts';
 /** How many times a run asks the consumer before a wait that ran out goes on, and how far apart. */
 const CONFIRM_ASKS = 3;
 const CONFIRM_SPACING_MS = 250;
+/** How many more waits a message gets while the broker holds messages unacknowledged outside the run. */
+export const MAX_WAIT_EXTENSIONS = 3;
 
 /** What the guard asks of the run and of the broker. */
 export type MissingDeliveriesDeps = {
@@ -29,7 +31,9 @@ export type MissingDeliveriesDeps = {
   heldSeqs(): Set<number>;
   /**
    * The stream sequences the run holds that no other puller can have answered: first delivered to this run (a copy
-   * with delivery count 1). A message it got as a redelivery may have been acknowledged through an earlier delivery.
+   * with delivery count 1) and kept alive since without a lapse the broker could have taken for the end of its
+   * ack_wait. Another puller may have acknowledged a message the run got as a redelivery, or one whose keep-alives
+   * came late, through another delivery.
    */
   heldFirstHand(): Set<number>;
   /** The highest stream sequence the run received. */
@@ -83,8 +87,8 @@ export type MissingDeliveries = {
  * come back) since a check last found it missing, the run asks the consumer: a delivery made since that check that
  * never reached the run starts a new check (the redelivery may be lost too); messages unacknowledged at the broker
  * beyond those the run holds (another puller holds them, or an old one kept them alive) mean the awaited message
- * may still come, and the wait goes on (logged); otherwise the broker will not deliver it again (someone
- * acknowledged it) and it is given up on (logged). A check that cannot read the stream is given up on after
+ * may still come, and the wait goes on (logged), up to MAX_WAIT_EXTENSIONS times; otherwise the broker will not
+ * deliver it again (someone acknowledged it) and it is given up on (logged). A check that cannot read the stream is given up on after
  * `giveUpMs`.
  */
 export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDeliveries {
@@ -117,34 +121,38 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
   };
   const clock = () => pulledMs + (pullingSince === undefined ? 0 : performance.now() - pullingSince);
 
-  const giveUp = () => {
-    const gone = awaited.expire(clock());
-    if (gone.length > 0)
-      deps.log.warn('consumer: stopped waiting for messages the broker did not deliver again; the later events of their aggregates go on', {
-        consumer: deps.consumer,
-        messages: gone.length,
-        firstSequence: Math.min(...gone.map((g) => g.seq)),
-      });
+  /** Stops waiting for `gone` (logged with `why`): the later messages of their aggregates go on. */
+  const giveUp = (gone: Array<{ seq: number }>, why: string) => {
+    if (gone.length === 0) return;
+    awaited.forget(gone.map((g) => g.seq));
+    deps.log.warn(`consumer: stopped waiting for messages ${why}; the later events of their aggregates go on`, {
+      consumer: deps.consumer,
+      messages: gone.length,
+      firstSequence: Math.min(...gone.map((g) => g.seq)),
+    });
   };
-  /** The waits that ran out go on for `ms` more of pulling time. */
-  const waitOn = (ms: number) => {
+  /** The waits that ran out go on for `ms` more of pulling time (a retry of the question, not an extension). */
+  const askAgainIn = (ms: number) => {
     const due = awaited.due(clock());
     awaited.add(due, clock() + ms);
-    return due;
   };
   /** Whether the consumer is being asked if a wait that ran out may end. */
   let confirming = false;
   /**
    * When a wait ran out, asks the consumer first. A delivery it made since the last check that never reached this
-   * run (the awaited message's redelivery may have gone missing too): a check looks again. No message unacknowledged
+   * run, at every answer (the awaited message's redelivery may have gone missing too): a check looks again. No message unacknowledged
    * at the broker beyond those only this run can answer: nobody can still deliver the awaited one (someone
    * acknowledged it), and it is given up on. Otherwise it may be held by another puller, or kept alive by a run
-   * that died (its last progress heartbeats can reach the broker late), and it waits on. Answers in flight count as
-   * unacknowledged for a moment, so it asks up to CONFIRM_ASKS times before it waits on: an acknowledged message
-   * never becomes unacknowledged again, so one answer with none elsewhere is enough.
+   * that died (its last progress heartbeats can reach the broker late), and it waits on, MAX_WAIT_EXTENSIONS more
+   * waits at most: the count cannot tell it from a message the run holds that another puller acknowledged through an
+   * earlier delivery, and such a wait would otherwise last as long as the ack floor stays below it. Answers in flight
+   * count as unacknowledged for a moment, so it asks up to CONFIRM_ASKS times before it waits on: an acknowledged
+   * message never becomes unacknowledged again, so one answer with none elsewhere is enough.
    */
   const confirm = async () => {
     let elsewhere = 0;
+    // a delivery never received at every answer was lost (one in flight arrives by the next)
+    let lostEvery = true;
     for (let ask = 0; ask < CONFIRM_ASKS; ask++) {
       if (ask > 0) await pause(CONFIRM_SPACING_MS);
       if (deps.signal.aborted || check) return; // a check under way looks at the awaited messages again itself
@@ -153,27 +161,38 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
       try {
         info = await deps.consumerInfo();
       } catch {
-        waitOn(Math.min(deps.giveUpMs, 1000)); // the broker could not say: ask again soon rather than risk the order
+        askAgainIn(Math.min(deps.giveUpMs, 1000)); // the broker could not say: ask again soon rather than risk the order
         return;
       }
       awaited.forgetUpTo(info.ack_floor.stream_seq);
       if (awaited.due(clock()).length === 0) return;
       // deliveries the consumer made since the last check that never reached this run: one may be the redelivery
       const unreceived = baseline ? info.delivered.consumer_seq - baseline.delivered - (received - baseline.received) : 1;
-      if (unreceived !== 0) return start();
+      if (unreceived === 0) lostEvery = false;
       // held both before the question and after the answer: delivered before it and not answered yet (a message is
       // answered only as it is released), so the broker counted it as unacknowledged
       const after = deps.heldFirstHand();
       let ours = 0;
       for (const seq of before) if (after.has(seq)) ours++;
       elsewhere = info.num_ack_pending - ours;
-      if (elsewhere <= 0) return giveUp();
+      // the awaited message is not unacknowledged, not even on its way to this run: someone acknowledged it
+      if (elsewhere <= 0) return giveUp(awaited.due(clock()), 'the broker will not deliver again (acknowledged by someone)');
     }
-    const due = waitOn(deps.giveUpMs);
-    if (due.length > 0)
+    if (lostEvery) return start();
+    const due = awaited.due(clock());
+    const more = due.filter((d) => d.extensions < MAX_WAIT_EXTENSIONS);
+    giveUp(
+      due.filter((d) => d.extensions >= MAX_WAIT_EXTENSIONS),
+      `the broker did not deliver again within ${MAX_WAIT_EXTENSIONS + 1} waits, although it holds messages unacknowledged outside this run`,
+    );
+    awaited.extend(
+      more.map((d) => d.seq),
+      clock() + deps.giveUpMs,
+    );
+    if (more.length > 0)
       deps.log.warn(
-        'consumer: still waiting for messages delivered but never received: the broker holds messages unacknowledged outside this run and will deliver them again; the later events of their aggregates wait',
-        { consumer: deps.consumer, messages: due.length, firstSequence: Math.min(...due.map((d) => d.seq)), unacknowledgedElsewhere: elsewhere },
+        'consumer: still waiting for messages delivered but never received: the broker holds messages unacknowledged outside this run and may deliver them again; the later events of their aggregates wait',
+        { consumer: deps.consumer, messages: more.length, firstSequence: Math.min(...more.map((d) => d.seq)), unacknowledgedElsewhere: elsewhere },
       );
   };
   const expire = () => {

@@ -1,10 +1,9 @@
-import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { jetstream } from '@nats-io/jetstream';
 import { describe, expect, it } from 'vitest';
 import { creditedEvent, openedEvent } from '../support/accounts.ts';
-import { testRunner } from '../support/consumer.ts';
 import { eventually } from '../support/eventually.ts';
-import { natsClient } from '../support/nats.ts';
 import { freshStream, publishEvents } from '../support/stream.ts';
+import { sharedDurableRun } from '../support/shared-durable-run.ts';
 import { useNats } from '../support/use-nats.ts';
 import { appliedEvents, recorder, eventIds, recordingDb } from '../support/recording-subscriber.ts';
 
@@ -25,51 +24,36 @@ describe('lost deliveries - an old gap re-arms every expired wait', () => {
     const sub = recorder('stalegap', ['account.opened.v1'], { failingFor: p });
     const [a1, a2, a3] = [openedEvent({ accountId: a }), openedEvent({ accountId: a, version: 2 }), openedEvent({ accountId: a, version: 3 })];
     const poison = openedEvent({ accountId: p });
-    const jsm = await jetstreamManager(nats().nc);
-    const info = () => jsm.consumers.info(stream.name, 'stalegap');
+    await using run = await sharedDurableRun(nats().url, sdb, sub, stream, { ackWaitMs, timeLimitMs: 55_000 });
+    const { info, other: thief } = run;
+    await publishEvents(nats().nc, stream, [poison, a1!]);
+    await eventually(async () => (await appliedEvents(sdb)).length === 1, { what: 'a1 applied (the poison event retried, held)' });
+    const durable = await jetstream(thief).consumers.get(stream.name, 'stalegap');
 
-    let pulling = true;
-    const stop = new AbortController();
-    const running = testRunner(sdb, nats().url, sub, stream, { ackWaitMs, pullExpiresMs: 1000, maxDeliver: 100_000 }).run({
-      signal: stop.signal,
-      timeLimitMs: 55_000,
-      lease: { mayPull: () => pulling, holds: () => true },
-    });
-    const thief = await natsClient(nats().url);
-    try {
-      await publishEvents(nats().nc, stream, [poison, a1!]);
-      await eventually(async () => (await appliedEvents(sdb)).length === 1, { what: 'a1 applied (the poison event retried, held)' });
-      const durable = await jetstream(thief).consumers.get(stream.name, 'stalegap');
+    run.pulling = false;
+    await eventually(async () => (await info()).num_waiting === 0, { what: 'no pull request of the runner left' });
+    await publishEvents(nats().nc, stream, [a2!]);
+    const stolen = await durable.next({ expires: 2000 });
+    expect(stolen?.headers?.get('Nats-Msg-Id')).toBe(a2!.eventId);
+    stolen!.ack(); // acknowledged by someone after all: never delivered again
+    await publishEvents(nats().nc, stream, [a3!]);
+    run.pulling = true;
+    await eventually(async () => (await info()).num_ack_pending === 2 && (await info()).num_waiting > 0, { what: 'a3 held by the run' });
 
-      pulling = false;
-      await eventually(async () => (await info()).num_waiting === 0, { what: 'no pull request of the runner left' });
-      await publishEvents(nats().nc, stream, [a2!]);
-      const stolen = await durable.next({ expires: 2000 });
-      expect(stolen?.headers?.get('Nats-Msg-Id')).toBe(a2!.eventId);
-      stolen!.ack(); // acknowledged by someone after all: never delivered again
-      await publishEvents(nats().nc, stream, [a3!]);
-      pulling = true;
-      await eventually(async () => (await info()).num_ack_pending === 2 && (await info()).num_waiting > 0, { what: 'a3 held by the run' });
+    // the last delivery of the consumer goes to the other puller (an event the subscriber ignores)
+    run.pulling = false;
+    await eventually(async () => (await info()).num_waiting === 0, { what: 'no pull request of the runner left' });
+    await publishEvents(nats().nc, stream, [creditedEvent({ accountId: `stale-b-${process.pid}` })]);
+    const last = await durable.next({ expires: 2000 });
+    expect(last).toBeTruthy();
+    last!.ack();
+    run.pulling = true;
 
-      // the last delivery of the consumer goes to the other puller (an event the subscriber ignores)
-      pulling = false;
-      await eventually(async () => (await info()).num_waiting === 0, { what: 'no pull request of the runner left' });
-      await publishEvents(nats().nc, stream, [creditedEvent({ accountId: `stale-b-${process.pid}` })]);
-      const last = await durable.next({ expires: 2000 });
-      expect(last).toBeTruthy();
-      last!.ack();
-      pulling = true;
-
-      // a2 will never come back: a3 should be applied after at most about one wait (7 s), not never
-      await eventually(async () => (await appliedEvents(sdb)).length === 2, { timeoutMs: 25_000, what: 'a3 applied after giving up on a2' }).catch(
-        () => undefined,
-      );
-      const applied = await appliedEvents(sdb);
-      expect(applied).toEqual(eventIds([a1!, a3!]));
-    } finally {
-      await thief.close();
-      stop.abort();
-      await running.catch(() => undefined);
-    }
+    // a2 will never come back: a3 should be applied after at most about one wait (7 s), not never
+    await eventually(async () => (await appliedEvents(sdb)).length === 2, { timeoutMs: 25_000, what: 'a3 applied after giving up on a2' }).catch(
+      () => undefined,
+    );
+    const applied = await appliedEvents(sdb);
+    expect(applied).toEqual(eventIds([a1!, a3!]));
   }, 60_000);
 });

@@ -1,11 +1,10 @@
-import { jetstream, jetstreamManager, type JsMsg } from '@nats-io/jetstream';
+import { jetstream, type JsMsg } from '@nats-io/jetstream';
 import { describe, expect, it } from 'vitest';
 import { creditedEvent, openedEvent } from '../support/accounts.ts';
-import { testRunner } from '../support/consumer.ts';
 import { eventually } from '../support/eventually.ts';
-import { natsClient } from '../support/nats.ts';
-import { appliedEvents, eventIds, logLines, recorder, recordingDb } from '../support/recording-subscriber.ts';
+import { appliedEvents, eventIds, recorder, recordingDb } from '../support/recording-subscriber.ts';
 import { freshStream, publishEvents } from '../support/stream.ts';
+import { sharedDurableRun } from '../support/shared-durable-run.ts';
 import { useNats } from '../support/use-nats.ts';
 
 // Another puller on the durable holds a1 and keeps it alive (as a dead owner's late progress heartbeats do) for
@@ -26,31 +25,21 @@ describe('lost deliveries - waiting on for a message held alive elsewhere', () =
     const sub = recorder('waitonheld');
     const warm = openedEvent({ accountId: `held-w-${tag}` });
     const [a1, a2] = [openedEvent({ accountId: a }), creditedEvent({ accountId: a, version: 2 })];
-    const jsm = await jetstreamManager(nats().nc);
-    const info = () => jsm.consumers.info(stream.name, 'waitonheld');
-    const { log, lines } = logLines();
-
-    let pulling = true;
-    const stop = new AbortController();
-    const running = testRunner(sdb, nats().url, sub, stream, { ackWaitMs, pullExpiresMs: 1000, maxDeliver: 100_000, log }).run({
-      signal: stop.signal,
-      timeLimitMs: 58_000,
-      lease: { mayPull: () => pulling, holds: () => true },
-    });
-    const other = await natsClient(nats().url);
+    await using run = await sharedDurableRun(nats().url, sdb, sub, stream, { ackWaitMs, timeLimitMs: 58_000 });
+    const { info, lines, other } = run;
     let keepAlive: ReturnType<typeof setInterval> | undefined;
     try {
       await publishEvents(nats().nc, stream, [warm]);
       await eventually(async () => (await appliedEvents(sdb)).length === 1, { what: 'the first event applied' });
       const durable = await jetstream(other).consumers.get(stream.name, 'waitonheld');
 
-      pulling = false;
+      run.pulling = false;
       await eventually(async () => (await info()).num_waiting === 0, { what: 'no pull request of the run left' });
       await publishEvents(nats().nc, stream, [a1]);
       const a1Msg = (await durable.next({ expires: 2000 })) as JsMsg;
       expect(a1Msg.headers?.get('Nats-Msg-Id')).toBe(a1.eventId);
       keepAlive = setInterval(() => a1Msg.working(), ackWaitMs / 4);
-      pulling = true;
+      run.pulling = true;
       await publishEvents(nats().nc, stream, [a2]);
       await eventually(async () => (await info()).num_ack_pending === 2, { what: 'a2 held by the run' });
 
@@ -83,9 +72,6 @@ describe('lost deliveries - waiting on for a message held alive elsewhere', () =
     } finally {
       if (keepAlive) clearInterval(keepAlive);
       nats().server.resume();
-      await other.close();
-      stop.abort();
-      await running.catch(() => undefined);
     }
   }, 60_000);
   it('holds a2 back for as long as another puller keeps a1 alive, across a broker restart', async () => {
@@ -97,31 +83,21 @@ describe('lost deliveries - waiting on for a message held alive elsewhere', () =
     const sub = recorder('waitonrestart');
     const warm = openedEvent({ accountId: `restart-w-${tag}` });
     const [a1, a2] = [openedEvent({ accountId: a }), creditedEvent({ accountId: a, version: 2 })];
-    const jsm = await jetstreamManager(nats().nc);
-    const info = () => jsm.consumers.info(stream.name, 'waitonrestart');
-    const { log, lines } = logLines();
-
-    let pulling = true;
-    const stop = new AbortController();
-    const running = testRunner(sdb, nats().url, sub, stream, { ackWaitMs, pullExpiresMs: 1000, maxDeliver: 100_000, log }).run({
-      signal: stop.signal,
-      timeLimitMs: 58_000,
-      lease: { mayPull: () => pulling, holds: () => true },
-    });
-    const other = await natsClient(nats().url);
+    await using run = await sharedDurableRun(nats().url, sdb, sub, stream, { ackWaitMs, timeLimitMs: 58_000 });
+    const { info, lines, other } = run;
     let keepAlive: ReturnType<typeof setInterval> | undefined;
     try {
       await publishEvents(nats().nc, stream, [warm]);
       await eventually(async () => (await appliedEvents(sdb)).length === 1, { what: 'the first event applied' });
       const durable = await jetstream(other).consumers.get(stream.name, 'waitonrestart');
 
-      pulling = false;
+      run.pulling = false;
       await eventually(async () => (await info()).num_waiting === 0, { what: 'no pull request of the run left' });
       await publishEvents(nats().nc, stream, [a1]);
       const a1Msg = (await durable.next({ expires: 2000 })) as JsMsg;
       expect(a1Msg.headers?.get('Nats-Msg-Id')).toBe(a1.eventId);
       keepAlive = setInterval(() => a1Msg.working(), ackWaitMs / 4);
-      pulling = true;
+      run.pulling = true;
       await publishEvents(nats().nc, stream, [a2]);
       await eventually(async () => (await info()).num_ack_pending === 2, { what: 'a2 held by the run' });
 
@@ -154,9 +130,6 @@ describe('lost deliveries - waiting on for a message held alive elsewhere', () =
     } finally {
       if (keepAlive) clearInterval(keepAlive);
       nats().server.resume();
-      await other.close();
-      stop.abort();
-      await running.catch(() => undefined);
     }
   }, 60_000);
 });

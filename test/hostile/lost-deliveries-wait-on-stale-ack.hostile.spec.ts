@@ -1,11 +1,10 @@
-import { jetstream, jetstreamManager, type JsMsg } from '@nats-io/jetstream';
+import { jetstream, type JsMsg } from '@nats-io/jetstream';
 import { describe, expect, it } from 'vitest';
 import { creditedEvent, openedEvent } from '../support/accounts.ts';
-import { testRunner } from '../support/consumer.ts';
 import { eventually } from '../support/eventually.ts';
-import { natsClient } from '../support/nats.ts';
-import { appliedEvents, recorder, eventIds, logLines, recordingDb } from '../support/recording-subscriber.ts';
+import { appliedEvents, recorder, eventIds, recordingDb } from '../support/recording-subscriber.ts';
 import { freshStream, publishEvents } from '../support/stream.ts';
+import { sharedDurableRun } from '../support/shared-durable-run.ts';
 import { useNats } from '../support/use-nats.ts';
 
 // A run awaits a1 (another puller on the durable holds it and keeps it alive, as a dead owner's late heartbeats do)
@@ -28,18 +27,8 @@ describe('lost deliveries - waiting on while a held message was acknowledged thr
     const warm = openedEvent({ accountId: `staleack-w-${tag}` });
     const [a1, a2] = [openedEvent({ accountId: a }), creditedEvent({ accountId: a, version: 2 })];
     const poison = openedEvent({ accountId: p });
-    const jsm = await jetstreamManager(nats().nc);
-    const info = () => jsm.consumers.info(stream.name, 'waitonstale');
-    const { log, lines } = logLines();
-
-    let pulling = true;
-    const stop = new AbortController();
-    const running = testRunner(sdb, nats().url, sub, stream, { ackWaitMs, pullExpiresMs: 1000, maxDeliver: 100_000, log }).run({
-      signal: stop.signal,
-      timeLimitMs: 55_000,
-      lease: { mayPull: () => pulling, holds: () => true },
-    });
-    const other = await natsClient(nats().url);
+    await using run = await sharedDurableRun(nats().url, sdb, sub, stream, { ackWaitMs, timeLimitMs: 55_000 });
+    const { info, lines, other } = run;
     let keepAlive: ReturnType<typeof setInterval> | undefined;
     try {
       await publishEvents(nats().nc, stream, [warm]);
@@ -47,7 +36,7 @@ describe('lost deliveries - waiting on while a held message was acknowledged thr
       const durable = await jetstream(other).consumers.get(stream.name, 'waitonstale');
 
       // the other puller takes P and a1; it keeps a1 alive, lets P's ack_wait run out
-      pulling = false;
+      run.pulling = false;
       await eventually(async () => (await info()).num_waiting === 0, { what: 'no pull request of the run left' });
       await publishEvents(nats().nc, stream, [poison, a1]);
       const pOld = (await durable.next({ expires: 2000 })) as JsMsg;
@@ -57,7 +46,7 @@ describe('lost deliveries - waiting on while a held message was acknowledged thr
       keepAlive = setInterval(() => a1Msg.working(), ackWaitMs / 4);
 
       // the run gets a2 (a gap in its deliveries: a check awaits P and a1), then P once its ack_wait ran out
-      pulling = true;
+      run.pulling = true;
       await publishEvents(nats().nc, stream, [a2]);
       await eventually(async () => (await info()).delivered.consumer_seq === 5, { timeoutMs: 10_000, what: 'P delivered again, to the run' });
       await new Promise((r) => setTimeout(r, 300)); // the run fails P and holds it, retrying
@@ -82,9 +71,6 @@ describe('lost deliveries - waiting on while a held message was acknowledged thr
       expect(applied).toEqual(eventIds([warm, a1, a2]));
     } finally {
       if (keepAlive) clearInterval(keepAlive);
-      await other.close();
-      stop.abort();
-      await running.catch(() => undefined);
     }
   }, 60_000);
 });

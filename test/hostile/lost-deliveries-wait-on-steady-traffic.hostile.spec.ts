@@ -1,11 +1,10 @@
-import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { jetstream } from '@nats-io/jetstream';
 import { describe, expect, it } from 'vitest';
 import { openedEvent } from '../support/accounts.ts';
-import { testRunner } from '../support/consumer.ts';
 import { eventually } from '../support/eventually.ts';
-import { natsClient } from '../support/nats.ts';
-import { appliedEvents, recorder, logLines, recordingDb } from '../support/recording-subscriber.ts';
+import { appliedEvents, recorder, recordingDb } from '../support/recording-subscriber.ts';
 import { freshStream, publishEvents, publishRaw } from '../support/stream.ts';
+import { sharedDurableRun } from '../support/shared-durable-run.ts';
 import { useNats } from '../support/use-nats.ts';
 
 // An awaited event another puller acknowledged (the broker never delivers it again) while a failing event of another
@@ -28,18 +27,8 @@ describe('lost deliveries - waiting on while other aggregates keep flowing', () 
     const sub = recorder('waitonflow', undefined, { failingFor: p });
     const [a1, a2, a3] = [openedEvent({ accountId: a }), openedEvent({ accountId: a, version: 2 }), openedEvent({ accountId: a, version: 3 })];
     const poison = openedEvent({ accountId: p });
-    const jsm = await jetstreamManager(nats().nc);
-    const info = () => jsm.consumers.info(stream.name, 'waitonflow');
-    const { log, lines } = logLines();
-
-    let pulling = true;
-    const stop = new AbortController();
-    const running = testRunner(sdb, nats().url, sub, stream, { ackWaitMs, pullExpiresMs: 1000, maxDeliver: 100_000, log }).run({
-      signal: stop.signal,
-      timeLimitMs: 58_000,
-      lease: { mayPull: () => pulling, holds: () => true },
-    });
-    const other = await natsClient(nats().url);
+    await using run = await sharedDurableRun(nats().url, sdb, sub, stream, { ackWaitMs, timeLimitMs: 58_000 });
+    const { info, lines, other } = run;
     let flowing = true;
     let flow: Promise<void> | undefined;
     try {
@@ -47,14 +36,14 @@ describe('lost deliveries - waiting on while other aggregates keep flowing', () 
       await eventually(async () => (await appliedEvents(sdb)).includes(a1.eventId), { what: 'a1 applied (the poison event retried, held)' });
       const durable = await jetstream(other).consumers.get(stream.name, 'waitonflow');
 
-      pulling = false;
+      run.pulling = false;
       await eventually(async () => (await info()).num_waiting === 0, { what: 'no pull request of the run left' });
       await publishEvents(nats().nc, stream, [a2]);
       const taken = await durable.next({ expires: 2000 });
       expect(taken?.headers?.get('Nats-Msg-Id')).toBe(a2.eventId);
       taken!.ack(); // acknowledged by someone after all: never delivered again
       await publishEvents(nats().nc, stream, [a3]);
-      pulling = true;
+      run.pulling = true;
       await eventually(async () => (await info()).num_ack_pending === 2, { what: 'a3 held by the run' });
 
       // other aggregates keep flowing: about 400 events a second, each of a new aggregate
@@ -81,9 +70,6 @@ describe('lost deliveries - waiting on while other aggregates keep flowing', () 
     } finally {
       flowing = false;
       await flow;
-      await other.close();
-      stop.abort();
-      await running.catch(() => undefined);
     }
   }, 60_000);
 });

@@ -38,7 +38,7 @@ describe('awaited messages', () => {
     w.add([{ seq: 7, aggregate: 'account.b' }], 3000);
     expect(w.due(999)).toEqual([]);
     const due = w.due(1000);
-    expect(due).toEqual([{ seq: 3, aggregate: 'account.a' }]);
+    expect(due).toEqual([{ seq: 3, aggregate: 'account.a', extensions: 0 }]);
     expect(w.holdsBack('account.a', 4)).toBe(true);
     w.add(due, 2500);
     expect(w.nextDeadline()).toBe(2500);

@@ -1,0 +1,90 @@
+import { jetstream, type JsMsg } from '@nats-io/jetstream';
+import { createInbox, type Msg } from '@nats-io/nats-core';
+import { describe, expect, it } from 'vitest';
+import { creditedEvent, openedEvent } from '../support/accounts.ts';
+import { eventually } from '../support/eventually.ts';
+import { appliedEvents, eventIds, recorder, recordingDb } from '../support/recording-subscriber.ts';
+import { freshStream, publishEvents } from '../support/stream.ts';
+import { sharedDurableRun } from '../support/shared-durable-run.ts';
+import { useNats } from '../support/use-nats.ts';
+
+// The run holds P (a handler failure it retries), first delivered to it (delivery count 1). The process stalls for
+// longer than ack_wait (the event loop is blocked: a long synchronous call), so its progress heartbeats for P come
+// late; P's ack_wait runs out and the broker delivers P again, to another puller on the durable, which acknowledges
+// it. The run still holds its first-hand copy of P and counts it as a message "no other puller can have answered".
+// Later the run awaits a1 (the other puller holds it and keeps it alive) and holds a2 back. When its wait runs out it
+// asks the consumer: num_ack_pending (a1 + a2) minus what it counts as its own (P + a2) is 0.
+
+const nats = useNats();
+
+/** Blocks this process's event loop (every timer and socket of the run and of the test) for `ms`. */
+const blockEventLoop = (ms: number) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+
+describe('lost deliveries - confirm after the run’s own first-hand message was acknowledged elsewhere', () => {
+  it('applies a1 before a2 when a message first delivered to the run expired during a stall and another puller acknowledged its redelivery', async () => {
+    const ackWaitMs = 3000; // one wait: 5.5 s of pulling
+    const stream = await freshStream(nats().nc, 'CONFIRMLATEHB');
+    await using sdb = await recordingDb();
+    const tag = `${process.pid}-${Date.now()}`;
+    const a = `latehb-a-${tag}`;
+    const p = `latehb-poison-${tag}`;
+    const sub = recorder('confirmlatehb', undefined, { failingFor: p });
+    const warm = openedEvent({ accountId: `latehb-w-${tag}` });
+    const [a1, a2] = [openedEvent({ accountId: a }), creditedEvent({ accountId: a, version: 2 })];
+    const poison = openedEvent({ accountId: p });
+    await using run = await sharedDurableRun(nats().url, sdb, sub, stream, { ackWaitMs, timeLimitMs: 58_000 });
+    const { info, lines, other } = run;
+    let keepAlive: ReturnType<typeof setInterval> | undefined;
+    try {
+      await publishEvents(nats().nc, stream, [warm, poison]);
+      await eventually(async () => (await appliedEvents(sdb)).length === 1, { what: 'the first event applied' });
+      await eventually(async () => lines.some((l) => l.includes('message failed')), { what: 'the run failing P, holding it' });
+      expect((await info()).num_ack_pending).toBe(1);
+
+      // another puller asks for one message, without heartbeats of its own (a raw pull request), for 10 s
+      const inbox = createInbox();
+      const got: Msg[] = [];
+      const s = other.subscribe(inbox, { callback: (_e, m) => void (m.reply?.startsWith('$JS.ACK') && got.push(m)) });
+      await other.flush();
+      other.publish(`$JS.API.CONSUMER.MSG.NEXT.${stream.name}.confirmlatehb`, JSON.stringify({ batch: 1, expires: 10_000_000_000 }), { reply: inbox });
+      await other.flush();
+
+      // the process stalls for longer than ack_wait: the run's heartbeats for P come late, its pull requests expire
+      blockEventLoop(ackWaitMs + 1500);
+
+      const pAgain = await eventually(() => got[0], { timeoutMs: 8000, what: 'P delivered again, to the other puller' });
+      const [, , , , deliveries] = pAgain.reply!.split('.');
+      expect(deliveries).toBe('2');
+      pAgain.respond('+ACK');
+      s.unsubscribe();
+      await eventually(async () => (await info()).num_ack_pending === 0, { what: 'P acknowledged at the broker' });
+
+      // the other puller takes a1 and keeps it alive; the run gets a2 (a gap: it awaits a1)
+      const durable = await jetstream(other).consumers.get(stream.name, 'confirmlatehb');
+      run.pulling = false;
+      await eventually(async () => (await info()).num_waiting === 0, { what: 'no pull request of the run left' });
+      await publishEvents(nats().nc, stream, [a1]);
+      const a1Msg = (await durable.next({ expires: 2000 })) as JsMsg;
+      expect(a1Msg.headers?.get('Nats-Msg-Id')).toBe(a1.eventId);
+      keepAlive = setInterval(() => a1Msg.working(), ackWaitMs / 4);
+      run.pulling = true;
+      await publishEvents(nats().nc, stream, [a2]);
+      await eventually(async () => (await info()).num_ack_pending === 2, { what: 'a1 (other puller) and a2 (run) unacknowledged' });
+
+      // a1 is still held elsewhere: a2 must wait. Let the run's wait run out twice over
+      await new Promise((r) => setTimeout(r, 13_000));
+      const early = await appliedEvents(sdb);
+
+      clearInterval(keepAlive);
+      keepAlive = undefined;
+      a1Msg.nak();
+      await eventually(async () => (await appliedEvents(sdb)).length >= 3, { timeoutMs: 15_000, what: 'a1 and a2 applied' }).catch(() => undefined);
+      const applied = await appliedEvents(sdb);
+      const waits = lines.filter((l) => /waiting for messages|stopped waiting/.test(l));
+      expect(early, `a2 applied while a1 was still held elsewhere; the run logged:\n${waits.join('\n')}`).toEqual(eventIds([warm]));
+      expect(applied).toEqual(eventIds([warm, a1, a2]));
+    } finally {
+      if (keepAlive) clearInterval(keepAlive);
+    }
+  }, 60_000);
+});
