@@ -103,8 +103,9 @@ const WORST: readonly BrokerState[] = ['unavailable', 'connecting', 'connected']
  *   subscriber's inbox does not hold (createMissingDeliveries), and the old owner hands its messages back when it
  *   stops or, killed, paused or stuck, stops keeping them alive once its lease is gone (`holds`), so the broker
  *   delivers them again about ack_wait after the lease's end; should progress heartbeats it sent before then reach
- *   the broker late (a network partition healing), the new owner waits on for as long as the broker holds messages
- *   unacknowledged outside its run; one the old owner acknowledges instead was committed before it was acked;
+ *   the broker late (a network partition healing), the new owner waits on while the broker holds messages
+ *   unacknowledged outside its run, up to four waits in all; one the old owner acknowledges instead was committed
+ *   before it was acked;
  * - the epoch fence: each batch's write checks, in its own write transaction, that the lease is still this
  *   instance's at the epoch of its acquisition (fencedWriter), else it rolls back and the batch is handed back.
  * Order would hold without the fence (a late commit of the old owner only holds events the new owner waits for, and

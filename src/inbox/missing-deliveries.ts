@@ -88,8 +88,8 @@ export type MissingDeliveries = {
  * never reached the run starts a new check (the redelivery may be lost too); messages unacknowledged at the broker
  * beyond those the run holds (another puller holds them, or an old one kept them alive) mean the awaited message
  * may still come, and the wait goes on (logged), up to MAX_WAIT_EXTENSIONS times; otherwise the broker will not
- * deliver it again (someone acknowledged it) and it is given up on (logged). A check that cannot read the stream is given up on after
- * `giveUpMs`.
+ * deliver it again (someone acknowledged it) and it is given up on (logged). A check that cannot read the stream
+ * is given up on after `giveUpMs`.
  */
 export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDeliveries {
   const awaited = createAwaitedMessages();
@@ -139,10 +139,10 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
   /** Whether the consumer is being asked if a wait that ran out may end. */
   let confirming = false;
   /**
-   * When a wait ran out, asks the consumer first. A delivery it made since the last check that never reached this
-   * run, at every answer (the awaited message's redelivery may have gone missing too): a check looks again. No message unacknowledged
-   * at the broker beyond those only this run can answer: nobody can still deliver the awaited one (someone
-   * acknowledged it), and it is given up on. Otherwise it may be held by another puller, or kept alive by a run
+   * When a wait ran out, asks the consumer first. No message unacknowledged at the broker beyond those only this run
+   * can answer: nobody can still deliver the awaited one (someone acknowledged it), and it is given up on. A delivery
+   * the consumer made since the last check that never reached this run, at every answer (the awaited message's
+   * redelivery may have gone missing too): a check looks again. Otherwise it may be held by another puller, or kept alive by a run
    * that died (its last progress heartbeats can reach the broker late), and it waits on, MAX_WAIT_EXTENSIONS more
    * waits at most: the count cannot tell it from a message the run holds that another puller acknowledged through an
    * earlier delivery, and such a wait would otherwise last as long as the ack floor stays below it. Answers in flight
