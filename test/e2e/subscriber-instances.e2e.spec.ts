@@ -7,29 +7,21 @@ import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { parseConfig } from '../../src/config.ts';
-import { streamSettingsFrom } from '../../src/nats/stream-settings.ts';
 import { creditedEvent, openedEvent } from '../support/accounts.ts';
 import { createTempDir } from '../support/db.ts';
 import { eventually } from '../support/eventually.ts';
 import { natsClient, startNats } from '../support/nats.ts';
-import { FAULT_ENTRY, FIXTURE_ENTRY, freePort, freeze, runtimeCommand, spawnChild, withOutput, type ChildHandle } from '../support/process.ts';
+import { FAULT_ENTRY, FIXTURE_ENTRY, freePort, freeze, runtimeCommand, spawnChild, withOutput } from '../support/process.ts';
 import { publishRaw } from '../support/stream.ts';
 import { startWriteLockHolder } from '../support/write-lock.ts';
+import { durable, PARTITIONS, partitionsOf, splitEvenly, STREAM, type Instance } from '../support/audit-instances.ts';
 
 const cleanups: Array<() => Promise<unknown> | unknown> = [];
 afterEach(async () => {
   while (cleanups.length) await cleanups.pop()!();
 });
 
-/** The stream a service uses with the default configuration (HONO_OUTBOX, subjects hono-outbox.>). */
-const STREAM = streamSettingsFrom(parseConfig({}));
 const TTL_MS = 1500;
-const PARTITIONS = 16;
-const durable = (k: number) => `hono-outbox-audit-p${k}`;
-
-type Instance = ChildHandle & { url: string };
-type Ready = { leases?: { subscribers?: Array<{ partitions: number[] }> } };
 
 /** A broker, a directory for the databases, and a way to start instances of `audit` alone over them. */
 async function setup() {
@@ -75,33 +67,6 @@ async function setup() {
   const db = createClient({ url: auditUrl });
   cleanups.push(() => db.close());
   return { nc, jsm: await jetstreamManager(nc), db, auditUrl, instance };
-}
-
-/** The partitions an instance holds, from its /ready; undefined while it does not answer. */
-async function partitionsOf(i: Instance): Promise<number[] | undefined> {
-  try {
-    const body = (await (await fetch(`${i.url}/ready`, { signal: AbortSignal.timeout(1000) })).json()) as Ready;
-    return body.leases?.subscribers?.[0]?.partitions;
-  } catch {
-    return undefined;
-  }
-}
-
-/** Waits until `a` and `b` hold eight partitions each and every partition durable exists. */
-async function splitEvenly(jsm: JetStreamManager, a: Instance, b: Instance): Promise<number[]> {
-  let ofA: number[] = [];
-  await withOutput(
-    b,
-    eventually(
-      async () => {
-        ofA = (await partitionsOf(a)) ?? [];
-        return ofA.length === 8 && (await partitionsOf(b))?.length === 8;
-      },
-      { timeoutMs: 30_000, what: 'eight partitions each' },
-    ),
-  );
-  await eventually(async () => (await jsm.consumers.info(STREAM.name, durable(PARTITIONS - 1)).catch(() => null)) !== null, { what: 'the partition durables' });
-  return ofA;
 }
 
 /** Publishes versions `from` … `to` of every account, a slice of 30 accounts at a time, `pauseMs` apart. */

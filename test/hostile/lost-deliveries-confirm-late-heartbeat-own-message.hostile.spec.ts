@@ -1,4 +1,3 @@
-import { jetstream, type JsMsg } from '@nats-io/jetstream';
 import { createInbox, type Msg } from '@nats-io/nats-core';
 import { describe, expect, it } from 'vitest';
 import { creditedEvent, openedEvent } from '../support/accounts.ts';
@@ -34,7 +33,7 @@ describe('lost deliveries - confirm after the run’s own first-hand message was
     const poison = openedEvent({ accountId: p });
     await using run = await sharedDurableRun(nats().url, sdb, sub, stream, { ackWaitMs, timeLimitMs: 58_000 });
     const { info, lines, other } = run;
-    let keepAlive: ReturnType<typeof setInterval> | undefined;
+    let release: (() => void) | undefined;
     try {
       await publishEvents(nats().nc, stream, [warm, poison]);
       await eventually(async () => (await appliedEvents(sdb)).length === 1, { what: 'the first event applied' });
@@ -60,13 +59,8 @@ describe('lost deliveries - confirm after the run’s own first-hand message was
       await eventually(async () => (await info()).num_ack_pending === 0, { what: 'P acknowledged at the broker' });
 
       // the other puller takes a1 and keeps it alive; the run gets a2 (a gap: it awaits a1)
-      const durable = await jetstream(other).consumers.get(stream.name, 'confirmlatehb');
-      run.pulling = false;
-      await eventually(async () => (await info()).num_waiting === 0, { what: 'no pull request of the run left' });
-      await publishEvents(nats().nc, stream, [a1]);
-      const a1Msg = (await durable.next({ expires: 2000 })) as JsMsg;
-      expect(a1Msg.headers?.get('Nats-Msg-Id')).toBe(a1.eventId);
-      keepAlive = setInterval(() => a1Msg.working(), ackWaitMs / 4);
+      const [a1Msg] = await run.takeElsewhere([a1]);
+      release = run.keepAlive(a1Msg);
       run.pulling = true;
       await publishEvents(nats().nc, stream, [a2]);
       await eventually(async () => (await info()).num_ack_pending === 2, { what: 'a1 (other puller) and a2 (run) unacknowledged' });
@@ -75,8 +69,8 @@ describe('lost deliveries - confirm after the run’s own first-hand message was
       await new Promise((r) => setTimeout(r, 13_000));
       const early = await appliedEvents(sdb);
 
-      clearInterval(keepAlive);
-      keepAlive = undefined;
+      release?.();
+      release = undefined;
       a1Msg.nak();
       await eventually(async () => (await appliedEvents(sdb)).length >= 3, { timeoutMs: 15_000, what: 'a1 and a2 applied' }).catch(() => undefined);
       const applied = await appliedEvents(sdb);
@@ -84,7 +78,6 @@ describe('lost deliveries - confirm after the run’s own first-hand message was
       expect(early, `a2 applied while a1 was still held elsewhere; the run logged:\n${waits.join('\n')}`).toEqual(eventIds([warm]));
       expect(applied).toEqual(eventIds([warm, a1, a2]));
     } finally {
-      if (keepAlive) clearInterval(keepAlive);
     }
   }, 60_000);
 });

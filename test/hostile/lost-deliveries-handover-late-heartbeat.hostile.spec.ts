@@ -10,39 +10,25 @@ import { createClient } from '@libsql/client';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { parseConfig } from '../../src/config.ts';
-import { streamSettingsFrom } from '../../src/nats/stream-settings.ts';
 import { partitionOf } from '../../src/outbox/partition.ts';
 import { creditedEvent, openedEvent } from '../support/accounts.ts';
 import { createTempDir } from '../support/db.ts';
 import { eventually } from '../support/eventually.ts';
 import { natsClient, startNats } from '../support/nats.ts';
-import { FIXTURE_ENTRY, freePort, runtimeCommand, spawnChild, withOutput, type ChildHandle } from '../support/process.ts';
+import { FIXTURE_ENTRY, freePort, runtimeCommand, spawnChild, withOutput } from '../support/process.ts';
 import { startStallableHop } from '../support/stallable-hop.ts';
 import { publishRaw } from '../support/stream.ts';
+import { durable, partitionsOf, splitEvenly, STREAM, type Instance } from '../support/audit-instances.ts';
 
 const cleanups: Array<() => Promise<unknown> | unknown> = [];
 afterEach(async () => {
   while (cleanups.length) await cleanups.pop()!();
 });
 
-const STREAM = streamSettingsFrom(parseConfig({}));
 // a lease TTL that lets `a` go on for two heartbeats after its path stalled before it sits out (createSitOut)
 const TTL_MS = 3000;
 const ACK_WAIT_MS = 10_000;
 const HEARTBEAT_MS = ACK_WAIT_MS / 4; // createConsumerRunner: a progress heartbeat every quarter of ack_wait
-const durable = (k: number) => `hono-outbox-audit-p${k}`;
-type Instance = ChildHandle & { url: string };
-type Ready = { leases?: { subscribers?: Array<{ partitions: number[] }> } };
-
-async function partitionsOf(i: Instance): Promise<number[] | undefined> {
-  try {
-    const body = (await (await fetch(`${i.url}/ready`, { signal: AbortSignal.timeout(1000) })).json()) as Ready;
-    return body.leases?.subscribers?.[0]?.partitions;
-  } catch {
-    return undefined;
-  }
-}
 
 describe('lost deliveries - a hand-over while the old owner’s keep-alive is delayed in the network', () => {
   it('applies an aggregate’s earlier event before its later one when the killed old owner’s last progress heartbeat reaches the broker late, after the new owner took the partition', {
@@ -88,18 +74,7 @@ describe('lost deliveries - a hand-over while the old owner’s keep-alive is de
     // `a` reaches the broker through the hop, `b` directly; they split the 16 partitions
     const a = await instance('a', hop.url);
     const b = await instance('b', nats.url);
-    let ofA: number[] = [];
-    await withOutput(
-      b,
-      eventually(
-        async () => {
-          ofA = (await partitionsOf(a)) ?? [];
-          return ofA.length === 8 && (await partitionsOf(b))?.length === 8;
-        },
-        { timeoutMs: 30_000, what: 'eight partitions each' },
-      ),
-    );
-    await eventually(async () => (await jsm.consumers.info(STREAM.name, durable(15)).catch(() => null)) !== null, { what: 'the partition durables' });
+    const ofA = await splitEvenly(jsm, a, b);
 
     // an account in one of a's partitions; its opening fails for now (a trigger), so `a` holds it, retrying
     let n = 0;

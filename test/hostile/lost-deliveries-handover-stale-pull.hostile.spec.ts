@@ -8,39 +8,24 @@ import { createClient } from '@libsql/client';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { parseConfig } from '../../src/config.ts';
-import { streamSettingsFrom } from '../../src/nats/stream-settings.ts';
 import { partitionOf } from '../../src/outbox/partition.ts';
 import { creditedEvent, openedEvent } from '../support/accounts.ts';
 import { createTempDir } from '../support/db.ts';
 import { eventually } from '../support/eventually.ts';
 import { natsClient, startNats } from '../support/nats.ts';
-import { FIXTURE_ENTRY, freePort, freeze, runtimeCommand, spawnChild, withOutput, type ChildHandle } from '../support/process.ts';
+import { FIXTURE_ENTRY, freePort, freeze, runtimeCommand, spawnChild, withOutput } from '../support/process.ts';
 import { publishTogether } from '../support/recording-subscriber.ts';
 import { startStallableHop } from '../support/stallable-hop.ts';
 import { publishRaw } from '../support/stream.ts';
+import { durable, partitionsOf, splitEvenly, STREAM, type Instance } from '../support/audit-instances.ts';
 
 const cleanups: Array<() => Promise<unknown> | unknown> = [];
 afterEach(async () => {
   while (cleanups.length) await cleanups.pop()!();
 });
 
-const STREAM = streamSettingsFrom(parseConfig({}));
 const TTL_MS = 1500;
 const ACK_WAIT_MS = 6000;
-const durable = (k: number) => `hono-outbox-audit-p${k}`;
-
-type Instance = ChildHandle & { url: string };
-type Ready = { leases?: { subscribers?: Array<{ partitions: number[] }> } };
-
-async function partitionsOf(i: Instance): Promise<number[] | undefined> {
-  try {
-    const body = (await (await fetch(`${i.url}/ready`, { signal: AbortSignal.timeout(1000) })).json()) as Ready;
-    return body.leases?.subscribers?.[0]?.partitions;
-  } catch {
-    return undefined;
-  }
-}
 
 describe('lost deliveries - a hand-over while a pull request of the frozen old owner is delayed in the network', () => {
   it('applies every event of an aggregate once and in order when the old owner’s late pull request takes some of them from the new owner', {
@@ -84,18 +69,7 @@ describe('lost deliveries - a hand-over while a pull request of the frozen old o
 
     const a = await instance('a', hop.url);
     const b = await instance('b', nats.url);
-    let ofA: number[] = [];
-    await withOutput(
-      b,
-      eventually(
-        async () => {
-          ofA = (await partitionsOf(a)) ?? [];
-          return ofA.length === 8 && (await partitionsOf(b))?.length === 8;
-        },
-        { timeoutMs: 30_000, what: 'eight partitions each' },
-      ),
-    );
-    await eventually(async () => (await jsm.consumers.info(STREAM.name, durable(15)).catch(() => null)) !== null, { what: 'the partition durables' });
+    const ofA = await splitEvenly(jsm, a, b);
 
     // twelve accounts in one of a's partitions, each opened (applied by a)
     const partition = ofA[0]!;

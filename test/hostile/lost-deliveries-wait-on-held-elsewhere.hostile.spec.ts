@@ -1,4 +1,3 @@
-import { jetstream, type JsMsg } from '@nats-io/jetstream';
 import { describe, expect, it } from 'vitest';
 import { creditedEvent, openedEvent } from '../support/accounts.ts';
 import { eventually } from '../support/eventually.ts';
@@ -26,19 +25,14 @@ describe('lost deliveries - waiting on for a message held alive elsewhere', () =
     const warm = openedEvent({ accountId: `held-w-${tag}` });
     const [a1, a2] = [openedEvent({ accountId: a }), creditedEvent({ accountId: a, version: 2 })];
     await using run = await sharedDurableRun(nats().url, sdb, sub, stream, { ackWaitMs, timeLimitMs: 58_000 });
-    const { info, lines, other } = run;
-    let keepAlive: ReturnType<typeof setInterval> | undefined;
+    const { info, lines } = run;
+    let release: (() => void) | undefined;
     try {
       await publishEvents(nats().nc, stream, [warm]);
       await eventually(async () => (await appliedEvents(sdb)).length === 1, { what: 'the first event applied' });
-      const durable = await jetstream(other).consumers.get(stream.name, 'waitonheld');
 
-      run.pulling = false;
-      await eventually(async () => (await info()).num_waiting === 0, { what: 'no pull request of the run left' });
-      await publishEvents(nats().nc, stream, [a1]);
-      const a1Msg = (await durable.next({ expires: 2000 })) as JsMsg;
-      expect(a1Msg.headers?.get('Nats-Msg-Id')).toBe(a1.eventId);
-      keepAlive = setInterval(() => a1Msg.working(), ackWaitMs / 4);
+      const [a1Msg] = await run.takeElsewhere([a1]);
+      release = run.keepAlive(a1Msg);
       run.pulling = true;
       await publishEvents(nats().nc, stream, [a2]);
       await eventually(async () => (await info()).num_ack_pending === 2, { what: 'a2 held by the run' });
@@ -54,8 +48,8 @@ describe('lost deliveries - waiting on for a message held alive elsewhere', () =
       const windowMs = Date.now() - t0;
       const early = await appliedEvents(sdb);
 
-      clearInterval(keepAlive);
-      keepAlive = undefined;
+      release?.();
+      release = undefined;
       a1Msg.nak();
       await eventually(async () => (await appliedEvents(sdb)).length >= 3, { timeoutMs: 10_000, what: 'a1 and a2 applied' }).catch(() => undefined);
       const applied = await appliedEvents(sdb);
@@ -70,7 +64,6 @@ describe('lost deliveries - waiting on for a message held alive elsewhere', () =
       expect(waits.filter((l) => l.includes('still waiting')).length).toBeLessThanOrEqual(Math.ceil(windowMs / 5500) + 2);
       expect(cpuShare).toBeLessThan(0.3);
     } finally {
-      if (keepAlive) clearInterval(keepAlive);
       nats().server.resume();
     }
   }, 60_000);
@@ -84,19 +77,14 @@ describe('lost deliveries - waiting on for a message held alive elsewhere', () =
     const warm = openedEvent({ accountId: `restart-w-${tag}` });
     const [a1, a2] = [openedEvent({ accountId: a }), creditedEvent({ accountId: a, version: 2 })];
     await using run = await sharedDurableRun(nats().url, sdb, sub, stream, { ackWaitMs, timeLimitMs: 58_000 });
-    const { info, lines, other } = run;
-    let keepAlive: ReturnType<typeof setInterval> | undefined;
+    const { info, lines } = run;
+    let release: (() => void) | undefined;
     try {
       await publishEvents(nats().nc, stream, [warm]);
       await eventually(async () => (await appliedEvents(sdb)).length === 1, { what: 'the first event applied' });
-      const durable = await jetstream(other).consumers.get(stream.name, 'waitonrestart');
 
-      run.pulling = false;
-      await eventually(async () => (await info()).num_waiting === 0, { what: 'no pull request of the run left' });
-      await publishEvents(nats().nc, stream, [a1]);
-      const a1Msg = (await durable.next({ expires: 2000 })) as JsMsg;
-      expect(a1Msg.headers?.get('Nats-Msg-Id')).toBe(a1.eventId);
-      keepAlive = setInterval(() => a1Msg.working(), ackWaitMs / 4);
+      const [a1Msg] = await run.takeElsewhere([a1]);
+      release = run.keepAlive(a1Msg);
       run.pulling = true;
       await publishEvents(nats().nc, stream, [a2]);
       await eventually(async () => (await info()).num_ack_pending === 2, { what: 'a2 held by the run' });
@@ -112,8 +100,8 @@ describe('lost deliveries - waiting on for a message held alive elsewhere', () =
       const windowMs = Date.now() - t0;
       const early = await appliedEvents(sdb);
 
-      clearInterval(keepAlive);
-      keepAlive = undefined;
+      release?.();
+      release = undefined;
       a1Msg.nak();
       await eventually(async () => (await appliedEvents(sdb)).length >= 3, { timeoutMs: 10_000, what: 'a1 and a2 applied' }).catch(() => undefined);
       const applied = await appliedEvents(sdb);
@@ -128,7 +116,6 @@ describe('lost deliveries - waiting on for a message held alive elsewhere', () =
       expect(waits.filter((l) => l.includes('still waiting')).length).toBeLessThanOrEqual(Math.ceil(windowMs / 5500) + 2);
       expect(cpuShare).toBeLessThan(0.3);
     } finally {
-      if (keepAlive) clearInterval(keepAlive);
       nats().server.resume();
     }
   }, 60_000);

@@ -1,4 +1,3 @@
-import { jetstream, type JsMsg } from '@nats-io/jetstream';
 import { describe, expect, it } from 'vitest';
 import { creditedEvent, openedEvent } from '../support/accounts.ts';
 import { eventually } from '../support/eventually.ts';
@@ -28,22 +27,15 @@ describe('lost deliveries - waiting on while a held message was acknowledged thr
     const [a1, a2] = [openedEvent({ accountId: a }), creditedEvent({ accountId: a, version: 2 })];
     const poison = openedEvent({ accountId: p });
     await using run = await sharedDurableRun(nats().url, sdb, sub, stream, { ackWaitMs, timeLimitMs: 55_000 });
-    const { info, lines, other } = run;
-    let keepAlive: ReturnType<typeof setInterval> | undefined;
+    const { info, lines } = run;
+    let release: (() => void) | undefined;
     try {
       await publishEvents(nats().nc, stream, [warm]);
       await eventually(async () => (await appliedEvents(sdb)).length === 1, { what: 'the first event applied' });
-      const durable = await jetstream(other).consumers.get(stream.name, 'waitonstale');
 
       // the other puller takes P and a1; it keeps a1 alive, lets P's ack_wait run out
-      run.pulling = false;
-      await eventually(async () => (await info()).num_waiting === 0, { what: 'no pull request of the run left' });
-      await publishEvents(nats().nc, stream, [poison, a1]);
-      const pOld = (await durable.next({ expires: 2000 })) as JsMsg;
-      const a1Msg = (await durable.next({ expires: 2000 })) as JsMsg;
-      expect(pOld.headers?.get('Nats-Msg-Id')).toBe(poison.eventId);
-      expect(a1Msg.headers?.get('Nats-Msg-Id')).toBe(a1.eventId);
-      keepAlive = setInterval(() => a1Msg.working(), ackWaitMs / 4);
+      const [pOld, a1Msg] = await run.takeElsewhere([poison, a1]);
+      release = run.keepAlive(a1Msg);
 
       // the run gets a2 (a gap in its deliveries: a check awaits P and a1), then P once its ack_wait ran out
       run.pulling = true;
@@ -61,8 +53,8 @@ describe('lost deliveries - waiting on while a held message was acknowledged thr
       const early = await appliedEvents(sdb);
 
       // then the other puller hands a1 back: it reaches the run
-      clearInterval(keepAlive);
-      keepAlive = undefined;
+      release?.();
+      release = undefined;
       a1Msg.nak();
       await eventually(async () => (await appliedEvents(sdb)).length >= 3, { timeoutMs: 15_000, what: 'a1 and a2 applied' }).catch(() => undefined);
       const applied = await appliedEvents(sdb);
@@ -70,7 +62,6 @@ describe('lost deliveries - waiting on while a held message was acknowledged thr
       expect(early, `a2 applied while a1 was still held elsewhere; the run logged:\n${waits.join('\n')}`).toEqual(eventIds([warm]));
       expect(applied).toEqual(eventIds([warm, a1, a2]));
     } finally {
-      if (keepAlive) clearInterval(keepAlive);
     }
   }, 60_000);
 });
