@@ -1,5 +1,6 @@
 import type { JsMsg } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/nats-core';
+import { flushWithin } from '../nats/flush-within.ts';
 import { createSignal } from '../signal.ts';
 import type { BackoffSettings } from '../worker/backoff.ts';
 import type { BrokerStateTracker } from '../worker/broker-state.ts';
@@ -77,6 +78,11 @@ export function shareOnce(): SharedProbe {
 /** Most stream messages one check reads to find the deliveries a run lacks (see createMissingDeliveries), and a page of them. */
 const RANGE_LIMIT = 500_000;
 const RANGE_PAGE = 1000;
+/**
+ * How long a run waits for the broker to confirm the answers it sent: before it asks the consumer what is unacknowledged
+ * (the question fails, and is asked again), and when it stops (it closes anyway: what it handed back returns after ack_wait).
+ */
+const STOP_FLUSH_MS = 2000;
 
 /**
  * One run of a consumer (see createConsumerRunner for its guarantees): pulls while there is room, holds what it
@@ -176,7 +182,7 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
     giveUpMs: Math.round(pull.consumer.ackWaitMs * 1.5) + 1000,
     // the answers sent so far reach the broker before the question
     consumerInfo: async () => {
-      await session!.nc.flush();
+      if (!(await flushWithin(session!.nc, STOP_FLUSH_MS))) throw new Error('the broker did not confirm the answers sent so far');
       return session!.consumer.info();
     },
     readRange: (after, upTo, page) =>
@@ -308,7 +314,9 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
     if (!crash) {
       // Handed back in stream order, so they come back in that order.
       for (const h of held.inOrder()) answer(h, (m) => m.nak(), 'hand the message back');
-      await nc?.flush().catch(() => undefined); // the answers reach the broker before the connection closes
+      // the answers reach the broker before the connection closes; a broker that does not answer within
+      // STOP_FLUSH_MS gets them back after ack_wait instead of holding up the stop
+      if (nc) await flushWithin(nc, STOP_FLUSH_MS);
     }
     await nc?.close().catch(() => undefined);
   }

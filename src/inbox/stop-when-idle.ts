@@ -1,6 +1,10 @@
+import { flushWithin } from '../nats/flush-within.ts';
 import { sleep } from '../worker/sleep.ts';
 import type { StopControl } from '../worker/stop-control.ts';
 import type { PullSession } from './pull-messages.ts';
+
+/** How long the check waits for the broker to confirm the run's acknowledgements before it asks again later. */
+const FLUSH_MS = 2000;
 
 /**
  * Stops the run once the runner holds and writes nothing and its consumer has nothing pending and nothing awaiting
@@ -15,12 +19,29 @@ export async function stopWhenIdle(
     await sleep(d.everyMs, stop.signal);
     const session = d.session();
     if (stop.signal.aborted || !session || d.busy() || Date.now() - d.lastDelivery() < d.everyMs) continue;
-    try {
-      await session.nc.flush();
+    const check = async () => {
+      // a broker that does not answer would hold the flush until the connection goes stale
+      if (!(await flushWithin(session.nc, FLUSH_MS))) return;
       const info = await session.consumer.info();
       if (info.num_pending === 0 && info.num_ack_pending === 0 && !d.busy()) stop.stop();
-    } catch {
-      // The broker is away or the consumer is being re-created; ask again later.
-    }
+    };
+    // The broker is away or the consumer is being re-created: ask again later. A stop does not wait for the answer.
+    await unlessAborted(
+      check().catch(() => undefined),
+      stop.signal,
+    );
   }
+}
+
+/** Resolves when `work` does, or at once when `signal` aborts. */
+function unlessAborted(work: Promise<void>, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    signal.addEventListener('abort', done, { once: true });
+    void work.then(done);
+  });
 }

@@ -17,6 +17,13 @@ import { relayPass, type RelayPassDeps } from './relay-pass.ts';
 /** Batches a pass may fetch after its first while draining a backlog (see RelayPassOptions.continuations). */
 const CONTINUATIONS = 3;
 
+/**
+ * How long a stopping relay still waits for the PubAcks of the pass in flight. Those not in by then are given up: their
+ * rows stay pending and are published again by the next relay, deduplicated by their ids, so a broker that does not
+ * answer cannot hold a stop for the whole RELAY_PUBLISH_TIMEOUT_MS.
+ */
+const STOP_PUBACK_WAIT_MS = 2000;
+
 /** What the relay logs once when its user may not read the stream's messages to compare a duplicate with its row. */
 const LOOKUP_REFUSED = (stream: string) =>
   `relay: the broker refuses $JS.API.STREAM.MSG.GET.${stream} to this user, so a PubAck saying duplicate is taken as it says and an event id used twice goes unnoticed; grant it (docs/production.md)`;
@@ -123,6 +130,11 @@ export function createRelay(deps: RelayDeps): Relay {
       let storedBody: ((seq: number) => Promise<Uint8Array | null>) | undefined;
       /** The broker refused such a read for lack of permission (said once in the log). */
       let lookupRefused = false;
+      const giveUpPubAcks = () => {
+        giveUpTimer = setTimeout(() => publisher?.close(), STOP_PUBACK_WAIT_MS);
+      };
+      let giveUpTimer: ReturnType<typeof setTimeout> | undefined;
+      stop.signal.addEventListener('abort', giveUpPubAcks, { once: true });
       /** The previous pass's mark-sent write, still running, and the rows it marks (left out of the next fetch). */
       let marking: { done: Promise<void>; seqs: number[]; pass: { fenced: number } } | undefined;
       /** Every pending row at or below this seq was held behind an earlier row of its aggregate when last read. */
@@ -349,6 +361,8 @@ export function createRelay(deps: RelayDeps): Relay {
         await keeping;
         keeper = undefined;
         stop.dispose();
+        stop.signal.removeEventListener('abort', giveUpPubAcks);
+        clearTimeout(giveUpTimer);
         kicks?.unsubscribe();
         publisher?.close();
         await nc?.close().catch(() => undefined);
