@@ -52,8 +52,11 @@ export type LeasedSubscriberDeps = {
   events?: LeaseEvents;
   /** A runner for one run over `partition` under `lease`; `fenced` stops that run (its lease was lost inside a write). */
   runnerFor(partition: number, lease: HeldLease, fenced: () => void): ConsumerRunner;
-  /** Readies the durables before any runner starts (see prepareDurables); `holdsFirst`: this instance holds partition 0 now. */
-  prepare(holdsFirst: () => boolean): Promise<boolean>;
+  /**
+   * Readies the durables before any runner starts (see prepareDurables); `holdsFirst`: this instance holds partition 0
+   * now. Once `signal` aborts (the instance stops) it gives up at once, whatever the broker does.
+   */
+  prepare(holdsFirst: () => boolean, signal: AbortSignal): Promise<boolean>;
   /**
    * Resolves once a fresh connection reached the broker (rejects otherwise): an instance that sat out because it could
    * not reach the broker rejoins after one succeeded (see createSitOut). Without it, an instance never sits out.
@@ -237,11 +240,13 @@ export function createLeasedSubscriber(deps: LeasedSubscriberDeps): LeasedSubscr
         const active = k.active();
         if (!prepared && active.size > 0) {
           try {
-            prepared = await deps.prepare(() => k.active().has(0));
+            prepared = await deps.prepare(() => k.active().has(0), signal);
             if (prepared) lastState = 'connected';
             prepareFailures = 0;
             prepareFailing = false;
           } catch (error) {
+            // a stop ends a prepare under way: what it says then is no finding about the durables
+            if (signal.aborted) break;
             if (!isBrokerTrouble(error)) throw error;
             lastState = 'unavailable';
             prepareFailing = true;

@@ -18,11 +18,12 @@ import { relayPass, type RelayPassDeps } from './relay-pass.ts';
 const CONTINUATIONS = 3;
 
 /**
- * How long a stopping relay still waits for the PubAcks of the pass in flight. Those not in by then are given up: their
- * rows stay pending and are published again by the next relay, deduplicated by their ids, so a broker that does not
- * answer cannot hold a stop for the whole RELAY_PUBLISH_TIMEOUT_MS.
+ * How long a stopping relay still waits for the broker: for the PubAcks of the pass in flight, a duplicate's stored-body
+ * lookup, the stream check. Then it closes the connection, which fails whatever still waits: those rows stay pending and
+ * are published again by the next relay, deduplicated by their ids, so a broker that does not answer cannot hold a stop
+ * for the whole RELAY_PUBLISH_TIMEOUT_MS.
  */
-const STOP_PUBACK_WAIT_MS = 2000;
+const STOP_BROKER_WAIT_MS = 2000;
 
 /** What the relay logs once when its user may not read the stream's messages to compare a duplicate with its row. */
 const LOOKUP_REFUSED = (stream: string) =>
@@ -130,11 +131,14 @@ export function createRelay(deps: RelayDeps): Relay {
       let storedBody: ((seq: number) => Promise<Uint8Array | null>) | undefined;
       /** The broker refused such a read for lack of permission (said once in the log). */
       let lookupRefused = false;
-      const giveUpPubAcks = () => {
-        giveUpTimer = setTimeout(() => publisher?.close(), STOP_PUBACK_WAIT_MS);
+      const giveUpOnBroker = () => {
+        giveUpTimer = setTimeout(() => {
+          publisher?.close();
+          void nc?.close().catch(() => undefined);
+        }, STOP_BROKER_WAIT_MS);
       };
       let giveUpTimer: ReturnType<typeof setTimeout> | undefined;
-      stop.signal.addEventListener('abort', giveUpPubAcks, { once: true });
+      stop.signal.addEventListener('abort', giveUpOnBroker, { once: true });
       /** The previous pass's mark-sent write, still running, and the rows it marks (left out of the next fetch). */
       let marking: { done: Promise<void>; seqs: number[]; pass: { fenced: number } } | undefined;
       /** Every pending row at or below this seq was held behind an earlier row of its aggregate when last read. */
@@ -361,7 +365,7 @@ export function createRelay(deps: RelayDeps): Relay {
         await keeping;
         keeper = undefined;
         stop.dispose();
-        stop.signal.removeEventListener('abort', giveUpPubAcks);
+        stop.signal.removeEventListener('abort', giveUpOnBroker);
         clearTimeout(giveUpTimer);
         kicks?.unsubscribe();
         publisher?.close();

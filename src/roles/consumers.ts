@@ -17,7 +17,7 @@ import { subscriberAggregates } from '../inbox/subscriber.ts';
 import type { SubscriberMode } from '../inbox/subscriber-mode.ts';
 import { applyWithoutInbox } from '../inbox/without-inbox.ts';
 import type { Metrics } from '../metrics/metrics.ts';
-import type { ConnectNats } from '../nats/connect.ts';
+import { connectUnlessStopped, type ConnectNats } from '../nats/connect.ts';
 import { streamSettingsFrom } from '../nats/stream-settings.ts';
 import { createDeadLetterRoutes, type AdminSubscriber } from '../ops/dead-letters.routes.ts';
 import { createSubscriberStatus, registerSubscriberGauges, type SubscriberStatus, type WatchedSubscriber } from '../ops/subscriber-status.ts';
@@ -142,8 +142,12 @@ export async function createConsumersRole(config: Config, shared: RoleDeps, io: 
         });
         return runner;
       };
-      const prepare = async (holdsFirst: () => boolean) => {
-        const nc = await io.connect();
+      const prepare = async (holdsFirst: () => boolean, signal: AbortSignal) => {
+        const nc = await connectUnlessStopped(io.connect, signal);
+        if (!nc) return false;
+        // a stop closes the connection, which ends the requests under way on a broker that does not answer
+        const close = () => void nc.close().catch(() => undefined);
+        signal.addEventListener('abort', close, { once: true });
         try {
           const plan = {
             stream,
@@ -165,6 +169,7 @@ export async function createConsumersRole(config: Config, shared: RoleDeps, io: 
           };
           return await prepareDurables(await jetstreamManager(nc), plan, holdsFirst);
         } finally {
+          signal.removeEventListener('abort', close);
           await nc.close().catch(() => undefined);
         }
       };

@@ -1,7 +1,7 @@
 // Duplicate PubAcks (a PubAck saying `duplicate` is checked with STREAM.MSG.GET): a relay that
 // restarts after publishing rows it could not mark must mark them all sent, park none, and add nothing to the stream.
 // Real libSQL file, real nats-server processes of this file's own (one with the permissions docs/production.md lists).
-import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -11,13 +11,13 @@ import { openedEvent } from '../support/accounts.ts';
 import { describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/logger.ts';
 import { natsConnectionOptions } from '../../src/nats/connect.ts';
-import { eventSubject, type StreamSettings } from '../../src/nats/stream-settings.ts';
+import type { StreamSettings } from '../../src/nats/stream-settings.ts';
 import { appendToOutbox } from '../../src/outbox/append-to-outbox.ts';
 import { countRows, createTestDb, type TestDb } from '../support/db.ts';
 import { waitForInfo } from '../support/nats.ts';
 import { freePort } from '../support/process.ts';
 import { createRelay } from '../../src/outbox/relay.ts';
-import { drainOutbox, relayDeps } from '../support/relay.ts';
+import { drainOutbox, publishAsAKilledRelay, relayDeps } from '../support/relay.ts';
 import { createStream, ownStream } from '../support/stream.ts';
 import { useNats } from '../support/use-nats.ts';
 
@@ -30,27 +30,11 @@ async function storeEvents(t: TestDb, n: number): Promise<void> {
     await t.deps.writer.write((tx) => appendToOutbox(tx, events.slice(i, i + 500), { registry: t.deps.registry, now: new Date() }));
 }
 
-/** What a relay killed after its PubAcks and before its mark left behind: every pending row in the stream, unmarked. */
-async function publishAsAKilledRelay(t: TestDb, url: string, stream: StreamSettings): Promise<void> {
+/** What a relay killed after its PubAcks and before its mark left behind (as the broker's admin where it has users). */
+async function publishUnmarked(t: TestDb, url: string, stream: StreamSettings): Promise<void> {
   const nc = await connect({ servers: [url], user: 'admin', pass: 'admin' }).catch(() => connect({ servers: [url] }));
   try {
-    const js = jetstream(nc);
-    const rows = (
-      await t.client.execute(
-        "SELECT id, aggregate_type, aggregate_id, partition, CAST(payload AS BLOB) AS payload FROM outbox WHERE status = 'pending' ORDER BY seq",
-      )
-    ).rows;
-    await Promise.all(
-      rows.map((r) =>
-        js.publish(
-          eventSubject(stream.prefix, String(r.aggregate_type), String(r.aggregate_id), Number(r.partition)),
-          new Uint8Array(r.payload as ArrayBuffer),
-          {
-            msgID: String(r.id),
-          },
-        ),
-      ),
-    );
+    await publishAsAKilledRelay(t, nc, stream);
   } finally {
     await nc.close();
   }
@@ -71,7 +55,7 @@ describe('relay - a relay restarted after publishing rows it never marked', () =
     const stream = ownStream('DUPS');
     await createStream(nats().nc, stream);
     await storeEvents(t, 3000);
-    await publishAsAKilledRelay(t, nats().url, stream);
+    await publishUnmarked(t, nats().url, stream);
     const summary = await drainOutbox(relayDeps(t, nats().url, { stream, settings: { maxInFlight: 256 } }));
     expect(await countRows(t.client, 'outbox', "status = 'sent'")).toBe(3000);
     expect(await countRows(t.client, 'outbox', "status != 'sent'")).toBe(0);
@@ -149,7 +133,7 @@ describe('relay - restarted after publishing rows it never marked, with the NATS
       expect(await countRows(t.client, 'outbox', "status = 'sent'")).toBe(10);
       // then a relay publishes 20 more and is killed before marking them; the next one starts
       await storeEvents(t, 20);
-      await publishAsAKilledRelay(t, server.url, stream);
+      await publishUnmarked(t, server.url, stream);
       const summary = await createRelay(relayDeps(t, server.url, relayOver)).run({ untilIdle: true, timeLimitMs: 8000 });
       const failed = (await t.client.execute("SELECT last_error FROM outbox WHERE status != 'sent' LIMIT 1")).rows[0]?.last_error;
       expect(await countRows(t.client, 'outbox', "status = 'failed'"), `parked: ${String(failed)}`).toBe(0);

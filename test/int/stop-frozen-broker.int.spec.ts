@@ -8,13 +8,7 @@ import { balances, readOwnerBalance } from '../support/fixture/subscribers/balan
 import { natsClient, startNats } from '../support/nats.ts';
 import { relayDeps, runRelay } from '../support/relay.ts';
 import { createStream, ownStream, publishEvents, readStream } from '../support/stream.ts';
-
-/** The ms `stop` takes to settle. */
-async function msToStop(stop: () => Promise<unknown>): Promise<number> {
-  const from = performance.now();
-  await stop();
-  return performance.now() - from;
-}
+import { msToStop } from '../support/frozen-broker.ts';
 
 /** A new stream holding one credit of 10 cents to `owner`. */
 async function streamWithOneCredit(url: string, tag: string, owner: string): Promise<StreamSettings> {

@@ -1,6 +1,9 @@
+import { jetstream } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
 import { createMetrics } from '../../src/metrics/metrics.ts';
 import { natsConnectionOptions } from '../../src/nats/connect.ts';
+import { eventSubject, type StreamSettings } from '../../src/nats/stream-settings.ts';
 import { createOutboxMetrics, type OutboxMetrics } from '../../src/outbox/outbox-metrics.ts';
 import { createRelay, type Relay, type RelayDeps, type RelayRunSummary } from '../../src/outbox/relay.ts';
 import { createSignal } from '../../src/signal.ts';
@@ -64,4 +67,25 @@ export function runRelay(deps: RelayDeps, timeLimitMs = 60_000): RunningRelay {
       return running;
     },
   };
+}
+
+/**
+ * Publishes every pending row on `nc` as a relay killed after its PubAcks and before its mark leaves them: in the stream
+ * under their ids, still pending. Returns how many.
+ */
+export async function publishAsAKilledRelay(t: TestDb, nc: NatsConnection, stream: StreamSettings): Promise<number> {
+  const js = jetstream(nc);
+  const rows = (
+    await t.client.execute(
+      "SELECT id, aggregate_type, aggregate_id, partition, CAST(payload AS BLOB) AS payload FROM outbox WHERE status = 'pending' ORDER BY seq",
+    )
+  ).rows;
+  await Promise.all(
+    rows.map((r) =>
+      js.publish(eventSubject(stream.prefix, String(r.aggregate_type), String(r.aggregate_id), Number(r.partition)), new Uint8Array(r.payload as ArrayBuffer), {
+        msgID: String(r.id),
+      }),
+    ),
+  );
+  return rows.length;
 }
