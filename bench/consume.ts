@@ -13,6 +13,8 @@ import { registryOf } from '../src/compose/define-modules.ts';
 import { subscriberMigrationsFolder } from '../src/entry/boot.ts';
 import type { IntegrationEvent } from '../src/events/integration-event.ts';
 import { applyWithoutInbox } from '../src/inbox/without-inbox.ts';
+import type { ConsumerRunner } from '../src/inbox/consumer-runner.ts';
+import type { InboxMessage } from '../src/inbox/inbox-message.ts';
 import { createUuidV7 } from '../src/ids.ts';
 import { modules } from '../src/modules.ts';
 import { ensureStream } from '../src/nats/ensure-stream.ts';
@@ -85,10 +87,14 @@ async function consumeAll(
 ): Promise<{ perSec: number; perCpuSec: number; check: number }> {
   const sdb = await createSubscriberDb({ migrations: subscriberMigrationsFolder('reporting') });
   try {
-    // Same decode and validation, same one-write-per-batch shape, handler in order: only the inbox claim is missing.
+    // The same runner and batch handling (decoding, validation, spans, metrics, one write per batch, the handler in
+    // order) with and without the inbox claim: only the claim differs.
     const registry = registryOf(modules);
-    const withoutInbox = applyWithoutInbox(sdb.writer, registry, reporting.handle);
-    const runner = testRunner(sdb, url, { ...reporting, name }, stream, { registry, batch: BATCH, ...(withInbox ? {} : { processBatch: withoutInbox }) });
+    const runner: ConsumerRunner = testRunner(sdb, url, { ...reporting, name }, stream, {
+      registry,
+      batch: BATCH,
+      ...(withInbox ? {} : { processBatch: (msgs: InboxMessage[]) => applyWithoutInbox(runner.inbox)(msgs) }),
+    });
     const start = performance.now();
     const cpu0 = process.cpuUsage();
     const summary = await runner.run({ maxMessages: M, timeLimitMs: 600_000 });

@@ -1,6 +1,6 @@
 // node --import tsx bench/variants/inbox-cpu.ts [--events 20000] [--rounds 3] [--batch 256]
-// The inbox's own cost without the broker: the same pre-built deliveries applied in batches by handleBatch (inbox
-// claim, spans, metrics) and by applyWithoutInbox, each round on fresh subscriber databases, alternating; prints
+// The inbox's own cost without the broker: the same pre-built deliveries applied in batches by handleBatch with and
+// without the inbox claim (applyWithoutInbox: the same spans, metrics and write), each round on fresh subscriber databases, alternating; prints
 // CPU µs per event of this process (steadier than wall time on a shared machine) and their ratio. No assertion.
 import { registryOf } from '../../src/compose/define-modules.ts';
 import { subscriberMigrationsFolder } from '../../src/entry/boot.ts';
@@ -57,7 +57,7 @@ async function once(msgs: InboxMessage[], withInbox: boolean): Promise<number> {
   try {
     const registry = registryOf(modules);
     const inbox = createInboxDeps(reporting, { writer: sdb.writer, registry, metrics: createMetrics() });
-    const plain = applyWithoutInbox(sdb.writer, registry, reporting.handle);
+    const plain = applyWithoutInbox(inbox);
     const cpu0 = process.cpuUsage();
     for (let i = 0; i < msgs.length; i += BATCH) {
       const batch = msgs.slice(i, i + BATCH);

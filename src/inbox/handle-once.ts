@@ -143,6 +143,12 @@ export function recordedAs(deps: Pick<InboxDeps, 'registry' | 'handles'>, msg: I
   return deps.handles(decoded.event.type) ? decoded.event.eventId : undefined;
 }
 
+/** How handleBatch applies a batch; only the consume benchmark's baseline and the torture run's broken variant set it. */
+export type BatchOptions = {
+  /** Skips the inbox claim: every event counts as new, so a redelivered one takes effect again (see applyWithoutInbox). */
+  withoutInbox?: boolean;
+};
+
 /**
  * Processes delivered messages exactly once for `deps.consumer`, in the order given, and resolves (one result per
  * message, same order) only after the transaction that holds their outcome committed, so the caller may ack then:
@@ -163,7 +169,7 @@ export function recordedAs(deps: Pick<InboxDeps, 'registry' | 'handles'>, msg: I
  * (the next call starts new spans). Each handler call is timed in `inbox_handler_duration_seconds`.
  * The first write is queued synchronously, so batches handed over in delivery order are applied in that order.
  */
-export async function handleBatch(deps: InboxDeps, msgs: InboxMessage[]): Promise<InboxResult[]> {
+export async function handleBatch(deps: InboxDeps, msgs: InboxMessage[], options: BatchOptions = {}): Promise<InboxResult[]> {
   const results: InboxResult[] = new Array(msgs.length);
   const spans: Span[] = new Array(msgs.length);
   let rest: Valid[] = [];
@@ -183,7 +189,7 @@ export async function handleBatch(deps: InboxDeps, msgs: InboxMessage[]): Promis
   try {
     while (rest.length > 0 || doomed.length > 0) {
       try {
-        await deps.writer.write((tx) => attempt(tx, deps, rest, doomed));
+        await deps.writer.write((tx) => attempt(tx, deps, rest, doomed, options));
         break;
       } catch (error) {
         if (!(error instanceof HandlerFailed)) throw error;
@@ -256,15 +262,17 @@ class LazyHandlerContext implements HandlerContext {
  * One all-or-nothing pass: dead letters, inbox claims, then the handler for each new event in order, with its span
  * active. Sets each message's `fresh`: false for an event claimed before (or by an earlier copy in this batch).
  */
-async function attempt(tx: Tx, deps: InboxDeps, rest: Valid[], doomed: Doomed[]): Promise<void> {
+async function attempt(tx: Tx, deps: InboxDeps, rest: Valid[], doomed: Doomed[], options: BatchOptions): Promise<void> {
   const now = deps.clock().getTime();
   for (const d of doomed) await storeDeadLetter(tx, { eventId: d.eventId, consumer: deps.consumer, msg: d.msg, error: d.error, deadAt: now });
-  const claimed = await claimInboxRows(
-    tx,
-    deps.consumer,
-    rest.map((r) => ({ eventId: r.event.eventId, messageType: r.event.type })),
-    now,
-  );
+  const claimed = options.withoutInbox
+    ? new Set(rest.map((r) => r.event.eventId))
+    : await claimInboxRows(
+        tx,
+        deps.consumer,
+        rest.map((r) => ({ eventId: r.event.eventId, messageType: r.event.type })),
+        now,
+      );
   // the consumer's series, looked up once per attempt (and only once a handler runs: a labelled histogram shows no
   // series before its first observation)
   let duration: { observe(value: number): void } | undefined;

@@ -106,9 +106,10 @@ export async function createConsumersRole(config: Config, shared: RoleDeps, io: 
       // A run's writes are fenced by its lease (see createLeasedSubscriber); compaction writes through the plain queue.
       const runnerFor = (partition: number, lease: HeldLease, fenced: () => void): ConsumerRunner => {
         const fencedQueue = fencedWriter(writer, lease);
+        // the runner's inbox: its writer is fencedQueue
         const write = io.brokenNoInbox
-          ? applyWithoutInbox(fencedQueue, deps.registry, subscriber.handle)
-          : (msgs: InboxMessage[]) => handleBatch(runner.inbox, msgs); // the runner's inbox: its writer is fencedQueue
+          ? (msgs: InboxMessage[]) => applyWithoutInbox(runner.inbox)(msgs)
+          : (msgs: InboxMessage[]) => handleBatch(runner.inbox, msgs);
         const runner: ConsumerRunner = createConsumerRunner({
           ...subscriber,
           durableName: mode.partitioned ? partitionDurableName(base, partition) : base,
