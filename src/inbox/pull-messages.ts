@@ -4,6 +4,7 @@ import type { Logger } from '../logger.ts';
 import { CONNECT_RETRY_MS, connectUnlessStopped, type ConnectNats } from '../nats/connect.ts';
 import { ensureConsumer, UnsafeConsumerConfigError, type ConsumerSettings } from '../nats/ensure-consumer.ts';
 import { ensureStream, UnsafeStreamConfigError } from '../nats/ensure-stream.ts';
+import { unlessStopped } from '../worker/unless-stopped.ts';
 import type { StreamSettings } from '../nats/stream-settings.ts';
 import type { BackoffSettings } from '../worker/backoff.ts';
 import type { BrokerState } from '../worker/broker-state.ts';
@@ -72,10 +73,18 @@ export async function pullMessages(s: PullSettings, target: PullTarget, signal: 
     void followConnection(nc, target.brokerState);
     while (!signal.aborted && !nc.isClosed()) {
       try {
-        const jsm = await jetstreamManager(nc);
-        const stream = await ensureStream(jsm, s.stream);
-        const info = await ensureConsumer(jsm, s.consumer);
-        const consumer = await jetstream(nc).consumers.get(s.stream.name, s.consumer.name);
+        // a stop does not wait for a broker that does not answer these requests: nothing is held yet
+        const ensured = await unlessStopped(
+          (async () => {
+            const jsm = await jetstreamManager(nc);
+            const stream = await ensureStream(jsm, s.stream);
+            const info = await ensureConsumer(jsm, s.consumer);
+            return { stream, info, consumer: await jetstream(nc).consumers.get(s.stream.name, s.consumer.name) };
+          })(),
+          signal,
+        );
+        if (!ensured) break;
+        const { stream, info, consumer } = ensured;
         target.ready({ nc, consumer, streamCreated: stream.created, info });
         target.brokerState('connected');
         for (;;) {

@@ -1,5 +1,6 @@
 import { flushWithin } from '../nats/flush-within.ts';
 import { sleep } from '../worker/sleep.ts';
+import { unlessStopped } from '../worker/unless-stopped.ts';
 import type { StopControl } from '../worker/stop-control.ts';
 import type { PullSession } from './pull-messages.ts';
 
@@ -26,22 +27,9 @@ export async function stopWhenIdle(
       if (info.num_pending === 0 && info.num_ack_pending === 0 && !d.busy()) stop.stop();
     };
     // The broker is away or the consumer is being re-created: ask again later. A stop does not wait for the answer.
-    await unlessAborted(
+    await unlessStopped(
       check().catch(() => undefined),
       stop.signal,
     );
   }
-}
-
-/** Resolves when `work` does, or at once when `signal` aborts. */
-function unlessAborted(work: Promise<void>, signal: AbortSignal): Promise<void> {
-  if (signal.aborted) return Promise.resolve();
-  return new Promise((resolve) => {
-    const done = () => {
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    signal.addEventListener('abort', done, { once: true });
-    void work.then(done);
-  });
 }

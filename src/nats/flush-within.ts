@@ -1,4 +1,5 @@
 import type { NatsConnection } from '@nats-io/nats-core';
+import { within } from '../worker/within.ts';
 
 /**
  * Flushes `nc` (everything it sent has reached the broker once the broker's PONG arrives) and resolves true, or false
@@ -6,19 +7,10 @@ import type { NatsConnection } from '@nats-io/nats-core';
  * broker is noticed only after missed pings, tens of seconds.
  */
 export async function flushWithin(nc: NatsConnection, ms: number): Promise<boolean> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<boolean>((resolve) => {
-    timer = setTimeout(() => resolve(false), ms);
-  });
-  try {
-    return await Promise.race([
-      nc.flush().then(
-        () => true,
-        () => false,
-      ),
-      late,
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
+  return (
+    (await within(
+      nc.flush().then(() => true),
+      ms,
+    )) ?? false
+  );
 }
