@@ -266,7 +266,7 @@ async function attempt(tx: Tx, deps: InboxDeps, rest: Valid[], doomed: Doomed[],
   const now = deps.clock().getTime();
   for (const d of doomed) await storeDeadLetter(tx, { eventId: d.eventId, consumer: deps.consumer, msg: d.msg, error: d.error, deadAt: now });
   const claimed = options.withoutInbox
-    ? new Set(rest.map((r) => r.event.eventId))
+    ? undefined
     : await claimInboxRows(
         tx,
         deps.consumer,
@@ -278,7 +278,8 @@ async function attempt(tx: Tx, deps: InboxDeps, rest: Valid[], doomed: Doomed[],
   let duration: { observe(value: number): void } | undefined;
   for (let k = 0; k < rest.length; k++) {
     const r = rest[k]!;
-    r.fresh = claimed.delete(r.event.eventId); // false: applied before, or an earlier copy in this batch
+    // false: applied before, or an earlier copy in this batch; without the inbox, every copy is new
+    r.fresh = claimed ? claimed.delete(r.event.eventId) : true;
     if (!r.fresh) continue;
     const started = performance.now();
     try {

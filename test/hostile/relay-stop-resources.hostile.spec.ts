@@ -2,6 +2,7 @@
 // after a run stopped on a frozen broker (SIGSTOP) with PubAcks given up.
 import { getEventListeners } from 'node:events';
 import { describe, expect, it } from 'vitest';
+import { activeHandles } from '../support/frozen-broker.ts';
 import { createRelay } from '../../src/outbox/relay.ts';
 import { accountCommands } from '../support/accounts.ts';
 import { createTestDb } from '../support/db.ts';
@@ -9,12 +10,6 @@ import { eventually } from '../support/eventually.ts';
 import { natsClient, startNats } from '../support/nats.ts';
 import { relayDeps } from '../support/relay.ts';
 import { createStream, ownStream } from '../support/stream.ts';
-
-/** How many active timers and TCP sockets this process has. */
-function handles(): { timers: number; sockets: number } {
-  const info = process.getActiveResourcesInfo();
-  return { timers: info.filter((r) => r === 'Timeout').length, sockets: info.filter((r) => r === 'TCPSocketWrap').length };
-}
 
 describe('relay - what its runs leave behind', () => {
   it('leaves no abort listener on its caller signal after twenty runs until idle, and no MaxListeners warning', async () => {
@@ -50,7 +45,7 @@ describe('relay - what its runs leave behind', () => {
     await createStream(nc, stream);
     await nc.close();
     await new Promise((r) => setTimeout(r, 200));
-    const before = handles();
+    const before = activeHandles();
 
     const relay = createRelay(relayDeps(t, server.url, { stream, settings: { publishTimeoutMs: 30_000 } }));
     const abort = new AbortController();
@@ -64,7 +59,7 @@ describe('relay - what its runs leave behind', () => {
     expect(summary.published).toBe(0);
     // what is left once the run resolved (the closed connection's socket may take a turn to go)
     await new Promise((r) => setTimeout(r, 300));
-    const after = handles();
+    const after = activeHandles();
     server.resume();
     expect(after).toEqual(before);
   }, 60_000);

@@ -6,7 +6,7 @@ import { eventually } from '../support/eventually.ts';
 import { balances, readOwnerBalance } from '../support/fixture/subscribers/balances/subscriber.ts';
 import { natsClient, startNats } from '../support/nats.ts';
 import { createStream, ownStream, publishEvents } from '../support/stream.ts';
-import { freezingConnect, msToStop } from '../support/frozen-broker.ts';
+import { activeHandles, freezingConnect, msToStop } from '../support/frozen-broker.ts';
 
 describe('subscriber run - a stop while a JetStream API request waits on a frozen broker', () => {
   it('stops within seconds while it ensures its stream and durable on a broker that froze right after the connect, and applies the event once later', async () => {
@@ -67,7 +67,7 @@ describe('subscriber run - a stop while a JetStream API request waits on a froze
     await nc.close();
     await using sdb = await createSubscriberDb({ subscriber: 'balances' });
     await new Promise((r) => setTimeout(r, 200));
-    const before = handles();
+    const before = activeHandles();
 
     const stop = new AbortController();
     const running = testRunner(sdb, server.url, balances, stream, { idleCheckMs: 2000 }).run({ signal: stop.signal, untilIdle: true, timeLimitMs: 50_000 });
@@ -77,14 +77,8 @@ describe('subscriber run - a stop while a JetStream API request waits on a froze
     stop.abort();
     await running;
     await new Promise((r) => setTimeout(r, 300));
-    const after = handles();
+    const after = activeHandles();
     server.resume();
     expect(after).toEqual(before);
   }, 60_000);
 });
-
-/** How many active timers and TCP sockets this process has. */
-function handles(): { timers: number; sockets: number } {
-  const info = process.getActiveResourcesInfo();
-  return { timers: info.filter((r) => r === 'Timeout').length, sockets: info.filter((r) => r === 'TCPSocketWrap').length };
-}

@@ -28,3 +28,9 @@ export async function msToStop(stop: () => Promise<unknown>): Promise<number> {
   await stop();
   return performance.now() - from;
 }
+
+/** How many active timers and TCP sockets this process has (to show a stop left none behind). */
+export function activeHandles(): { timers: number; sockets: number } {
+  const info = process.getActiveResourcesInfo();
+  return { timers: info.filter((r) => r === 'Timeout').length, sockets: info.filter((r) => r === 'TCPSocketWrap').length };
+}
