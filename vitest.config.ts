@@ -16,7 +16,7 @@ export default defineConfig({
     pool: 'forks',
     fileParallelism: true,
     // Most test files spend their time waiting on brokers, leases and ack waits rather than computing: on two cores,
-    // two files at a time left the machine ~60 % idle (7 min); three keep it busier (5–6 min).
+    // two files at a time left the machine ~60 % idle (7 min); three keep it busier (5 min then; 6–7 min with the stop tests added since).
     maxWorkers: 3,
   },
 });
