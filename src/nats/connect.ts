@@ -1,5 +1,6 @@
 import type { ConnectionOptions, NatsConnection } from '@nats-io/nats-core';
 import { credsAuthenticator } from '@nats-io/nats-core';
+import { unlessStopped } from '../worker/unless-stopped.ts';
 
 /** Connection settings resolved by an entry file (it reads the creds and TLS files). */
 export type NatsConnectSettings = {
@@ -57,25 +58,18 @@ export type ConnectNats = () => Promise<NatsConnection>;
 export async function connectUnlessStopped(connect: ConnectNats, signal: AbortSignal): Promise<NatsConnection | undefined> {
   if (signal.aborted) return undefined;
   const attempt = connect();
-  let onAbort: () => void = () => undefined;
-  const stopped = new Promise<undefined>((resolve) => {
-    onAbort = () => resolve(undefined);
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
-  try {
-    const nc = await Promise.race([attempt, stopped]);
-    if (nc === undefined)
-      attempt.then(
-        (late) => late.close().catch(() => undefined),
-        () => undefined,
-      );
-    else if (signal.aborted) {
-      // the connect won the race in the same turn as the stop
-      await nc.close().catch(() => undefined);
-      return undefined;
-    }
-    return nc;
-  } finally {
-    signal.removeEventListener('abort', onAbort);
+  const nc = await unlessStopped(attempt, signal);
+  if (nc === undefined) {
+    attempt.then(
+      (late) => late.close().catch(() => undefined),
+      () => undefined,
+    );
+    return undefined;
   }
+  if (signal.aborted) {
+    // the connect won the race in the same turn as the stop
+    await nc.close().catch(() => undefined);
+    return undefined;
+  }
+  return nc;
 }

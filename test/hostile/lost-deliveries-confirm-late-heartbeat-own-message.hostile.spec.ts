@@ -1,8 +1,7 @@
 import { createInbox, type Msg } from '@nats-io/nats-core';
 import { describe, expect, it } from 'vitest';
-import { creditedEvent, openedEvent } from '../support/accounts.ts';
 import { eventually } from '../support/eventually.ts';
-import { appliedEvents, eventIds, recorder, recordingDb } from '../support/recording-subscriber.ts';
+import { appliedEvents, eventIds, heldBackEvents, recordingDb } from '../support/recording-subscriber.ts';
 import { freshStream, publishEvents } from '../support/stream.ts';
 import { sharedDurableRun } from '../support/shared-durable-run.ts';
 import { useNats } from '../support/use-nats.ts';
@@ -24,13 +23,7 @@ describe('lost deliveries - confirm after the run’s own first-hand message was
     const ackWaitMs = 3000; // one wait: 5.5 s of pulling
     const stream = await freshStream(nats().nc, 'CONFIRMLATEHB');
     await using sdb = await recordingDb();
-    const tag = `${process.pid}-${Date.now()}`;
-    const a = `latehb-a-${tag}`;
-    const p = `latehb-poison-${tag}`;
-    const sub = recorder('confirmlatehb', undefined, { failingFor: p });
-    const warm = openedEvent({ accountId: `latehb-w-${tag}` });
-    const [a1, a2] = [openedEvent({ accountId: a }), creditedEvent({ accountId: a, version: 2 })];
-    const poison = openedEvent({ accountId: p });
+    const { sub, warm, a1, a2, poison } = heldBackEvents('confirmlatehb');
     await using run = await sharedDurableRun(nats().url, sdb, sub, stream, { ackWaitMs, timeLimitMs: 58_000 });
     const { info, lines, other } = run;
     let release: (() => void) | undefined;

@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { creditedEvent, openedEvent } from '../support/accounts.ts';
 import { eventually } from '../support/eventually.ts';
-import { appliedEvents, eventIds, recorder, recordingDb } from '../support/recording-subscriber.ts';
+import { appliedEvents, eventIds, heldBackEvents, recordingDb } from '../support/recording-subscriber.ts';
 import { freshStream, publishEvents } from '../support/stream.ts';
 import { sharedDurableRun } from '../support/shared-durable-run.ts';
 import { useNats } from '../support/use-nats.ts';
@@ -23,13 +22,7 @@ describe('lost deliveries - confirm with only the run’s own messages unacknowl
     const waitMs = 1.5 * ackWaitMs + 1000; // one wait, in pulling time
     const stream = await freshStream(nats().nc, 'CONFIRMREDELIVERED');
     await using sdb = await recordingDb();
-    const tag = `${process.pid}-${Date.now()}`;
-    const a = `redeliv-a-${tag}`;
-    const p = `redeliv-poison-${tag}`;
-    const sub = recorder('confirmredelivered', undefined, { failingFor: p });
-    const warm = openedEvent({ accountId: `redeliv-w-${tag}` });
-    const [a1, a2] = [openedEvent({ accountId: a }), creditedEvent({ accountId: a, version: 2 })];
-    const poison = openedEvent({ accountId: p });
+    const { sub, warm, a1, a2, poison } = heldBackEvents('confirmredelivered');
     await using run = await sharedDurableRun(nats().url, sdb, sub, stream, { ackWaitMs, timeLimitMs: 58_000 });
     const { info, lines } = run;
     await publishEvents(nats().nc, stream, [warm, poison]);

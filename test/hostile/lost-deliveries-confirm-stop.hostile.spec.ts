@@ -1,10 +1,9 @@
 import { jetstream, jetstreamManager, type JsMsg } from '@nats-io/jetstream';
 import { describe, expect, it } from 'vitest';
-import { creditedEvent, openedEvent } from '../support/accounts.ts';
 import { testRunner } from '../support/consumer.ts';
 import { eventually } from '../support/eventually.ts';
 import { natsClient } from '../support/nats.ts';
-import { appliedEvents, eventIds, logLines, recorder, recordingDb } from '../support/recording-subscriber.ts';
+import { appliedEvents, eventIds, heldBackEvents, logLines, recordingDb } from '../support/recording-subscriber.ts';
 import { freshStream, publishEvents } from '../support/stream.ts';
 import { useNats } from '../support/use-nats.ts';
 
@@ -18,11 +17,7 @@ async function setUp(name: string) {
   const ackWaitMs = 3000; // one wait: 5.5 s of pulling
   const stream = await freshStream(nats().nc, name.toUpperCase());
   const sdb = await recordingDb();
-  const tag = `${process.pid}-${Date.now()}`;
-  const a = `${name}-a-${tag}`;
-  const sub = recorder(name);
-  const warm = openedEvent({ accountId: `${name}-w-${tag}` });
-  const [a1, a2] = [openedEvent({ accountId: a }), creditedEvent({ accountId: a, version: 2 })];
+  const { sub, warm, a1, a2 } = heldBackEvents(name);
   const jsm = await jetstreamManager(nats().nc);
   const info = () => jsm.consumers.info(stream.name, name);
   const { log, lines } = logLines();

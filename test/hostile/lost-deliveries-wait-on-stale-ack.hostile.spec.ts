@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { creditedEvent, openedEvent } from '../support/accounts.ts';
 import { eventually } from '../support/eventually.ts';
-import { appliedEvents, recorder, eventIds, recordingDb } from '../support/recording-subscriber.ts';
+import { appliedEvents, eventIds, heldBackEvents, recordingDb } from '../support/recording-subscriber.ts';
 import { freshStream, publishEvents } from '../support/stream.ts';
 import { sharedDurableRun } from '../support/shared-durable-run.ts';
 import { useNats } from '../support/use-nats.ts';
@@ -19,13 +18,7 @@ describe('lost deliveries - waiting on while a held message was acknowledged thr
     const ackWaitMs = 3000; // one wait: 5.5 s of pulling
     const stream = await freshStream(nats().nc, 'WAITONSTALE');
     await using sdb = await recordingDb();
-    const tag = `${process.pid}-${Date.now()}`;
-    const a = `staleack-a-${tag}`;
-    const p = `staleack-poison-${tag}`;
-    const sub = recorder('waitonstale', undefined, { failingFor: p });
-    const warm = openedEvent({ accountId: `staleack-w-${tag}` });
-    const [a1, a2] = [openedEvent({ accountId: a }), creditedEvent({ accountId: a, version: 2 })];
-    const poison = openedEvent({ accountId: p });
+    const { sub, warm, a1, a2, poison } = heldBackEvents('waitonstale');
     await using run = await sharedDurableRun(nats().url, sdb, sub, stream, { ackWaitMs, timeLimitMs: 55_000 });
     const { info, lines } = run;
     let release: (() => void) | undefined;

@@ -6,7 +6,7 @@ import type { Subscriber } from '../../src/inbox/subscriber.ts';
 import type { Logger } from '../../src/logger.ts';
 import { eventSubject } from '../../src/nats/stream-settings.ts';
 import { partitionOf } from '../../src/outbox/partition.ts';
-import { testSubscriber } from './accounts.ts';
+import { creditedEvent, openedEvent, testSubscriber } from './accounts.ts';
 import { createSubscriberDb, type SubscriberDb } from './consumer.ts';
 
 /** A subscriber database with an `applied` table: one row per applied event, in the order the commits made them. */
@@ -26,6 +26,23 @@ export function recorder(name: string, types?: string[], options: { failingFor?:
     await tx.run(sql`INSERT INTO applied (event_id) VALUES (${event.eventId})`);
   });
   return types ? { ...s, types } : s;
+}
+
+/**
+ * A recorder named `name` and the events of a held-back aggregate scenario, with ids unique to this call: a warm-up
+ * event, a1 and a2 (versions 1 and 2 of one aggregate), and `poison`, whose handler always fails.
+ */
+export function heldBackEvents(name: string) {
+  const id = `${process.pid}-${Date.now()}`;
+  const a = `${name}-a-${id}`;
+  const p = `${name}-poison-${id}`;
+  return {
+    sub: recorder(name, undefined, { failingFor: p }),
+    warm: openedEvent({ accountId: `${name}-w-${id}` }),
+    a1: openedEvent({ accountId: a }),
+    a2: creditedEvent({ accountId: a, version: 2 }),
+    poison: openedEvent({ accountId: p }),
+  };
 }
 
 /** The ids of the applied events, in the order they were applied. */
