@@ -22,6 +22,24 @@ export function busyBudgetOf(client: Client): number {
   return budgets.get(client) ?? 0;
 }
 
+/**
+ * How long a writer that has held the write lock for HOLD_BEFORE_YIELD_MS leaves it free before its next write: longer
+ * than another process's writer sleeps between two attempts (nextBusySleep, plus the driver's wait of each attempt),
+ * so one of that process's attempts falls in the gap. SQLite hands the lock to whoever asks first, not to whoever
+ * waited longest, so a process writing back to back would otherwise starve the others' writes (lease claims, marks)
+ * until their busy budget ran out.
+ */
+export const YIELD_MS = MAX_SLEEP_MS + 2 * DRIVER_BUSY_WAIT_MS;
+
+/** The time a writer holds the write lock, summed over writes with no gap of YIELD_MS between them, before it yields. */
+export const HOLD_BEFORE_YIELD_MS = 1000;
+
+/**
+ * The share of that stretch's time the writer must have held the lock to yield: below it, the lock is free often
+ * enough (in gaps however short) that another process's attempts find it free.
+ */
+export const SATURATED_SHARE = 0.9;
+
 /** The next sleep between two attempts at the write lock: 1, 2, 4 … ms, at most 25 ms. */
 export function nextBusySleep(previousMs: number): number {
   return Math.min(MAX_SLEEP_MS, Math.max(1, previousMs * 2));

@@ -1,13 +1,13 @@
 // Several instances of one subscriber (services with the consumers role) over its one database and one stream:
 // partitioned they split the outbox partitions, single one of them consumes while the others stand by, and across
 // every hand-over (a stop, a rebalance, a switch of mode) each event is applied once, each aggregate's in order.
-import { createClient, type Client, type TransactionMode } from '@libsql/client';
+import { createClient, type Client } from '@libsql/client';
 import { jetstream, jetstreamManager, type ConsumerInfo } from '@nats-io/jetstream';
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { defineModules } from '../../src/compose/define-modules.ts';
 import { ConfigError } from '../../src/config.ts';
-import { busyBudgetOf, DRIVER_BUSY_WAIT_MS, setBusyBudget } from '../../src/db/write-lock.ts';
+import { DRIVER_BUSY_WAIT_MS, setBusyBudget } from '../../src/db/write-lock.ts';
 import type { StreamSettings } from '../../src/nats/stream-settings.ts';
 import { fencedWriter, handBackWhenFenced, LeaseFencedError } from '../../src/inbox/lease-fence.ts';
 import { DurableLayoutError } from '../../src/inbox/partition-durables.ts';
@@ -35,50 +35,10 @@ function sharedClient(url: string): Client {
   return client;
 }
 
-/** `target` with its methods bound to it and `overrides` in their place (libSQL's classes use private fields). */
-function withOverrides<T extends object>(target: T, overrides: Partial<T>): T {
-  return new Proxy(target, {
-    get(t, key) {
-      if (Object.hasOwn(overrides, key)) return overrides[key as keyof T];
-      const value = Reflect.get(t, key, t) as unknown;
-      return typeof value === 'function' ? value.bind(t) : value;
-    },
-  });
-}
-
-/**
- * `client`, pausing `pauseMs` after each commit while `pacing()` says so: the write lock then stays free for longer
- * than another process's busy retries sleep, so that process's writes (a joining instance's lease claims) get in.
- * Without the pauses, an instance applying a backlog begins its next write right after each commit, and the other
- * process's retries may miss every gap for longer than the test waits.
- */
-function pacedClient(client: Client, pacing: () => boolean, pauseMs = 50): Client {
-  const paced = withOverrides(client, {
-    transaction: async (mode?: TransactionMode) => {
-      const tx = await client.transaction(mode);
-      return withOverrides(tx, {
-        commit: async () => {
-          await tx.commit();
-          if (pacing()) await sleep(pauseMs);
-        },
-      });
-    },
-  });
-  setBusyBudget(paced, busyBudgetOf(client));
-  return paced;
-}
-
 type Instance = Awaited<ReturnType<typeof createTestService>>;
 
 /** One instance (a service with the consumers role, `audit` alone) of the subscriber over `sdb` and `stream`. */
-function startInstance(
-  name: string,
-  sdb: SubscriberDb,
-  stream: StreamSettings,
-  env: Record<string, string> = {},
-  subscriber?: Subscriber,
-  pacing?: () => boolean,
-) {
+function startInstance(name: string, sdb: SubscriberDb, stream: StreamSettings, env: Record<string, string> = {}, subscriber?: Subscriber) {
   return createTestService(
     {
       ROLES: 'consumers',
@@ -91,7 +51,7 @@ function startInstance(
       ...env,
     },
     {
-      openSubscriberDb: async () => (pacing ? pacedClient(sharedClient(sdb.url), pacing) : sharedClient(sdb.url)),
+      openSubscriberDb: async () => sharedClient(sdb.url),
       ...(subscriber ? { modules: defineModules({ events: fixtureEvents, contexts: [accountsContext], subscribers: [subscriber] }) } : {}),
     },
   );
@@ -170,10 +130,11 @@ describe('subscriber instances - partitioned', () => {
   it('rebalances while a backlog is consumed: a second instance joining takes half the partitions, no event is applied twice and each aggregate stays in order', async () => {
     const stream = await freshStream(nats().nc, 'SIR');
     await using sdb = await createSubscriberDb({ subscriber: 'audit' });
-    // Until the second instance holds its partitions, audit is slowed down and the first instance pauses after each
-    // commit. Events are applied one at a time (under the database's write lock), so at 6 ms an event the 2,600 after
-    // the first 100 last at least 15 s, more than starting the second instance and the 10 s allowed for the
-    // rebalance: the backlog outlasts it. The pauses let the joining instance's lease claims in (see pacedClient).
+    // Until the second instance holds its partitions, audit is slowed down. Events are applied one at a time (under
+    // the database's write lock), so at 6 ms an event the 2,600 after the first 100 last at least 15 s, more than
+    // starting the second instance and the 10 s allowed for the rebalance: the backlog outlasts it. The first
+    // instance writes back to back all along, holding the lock; the joining one's lease claims get in because a
+    // writer leaves the lock free for a moment every second it held it (createWriter).
     let rebalanced = false;
     const slow: Subscriber = {
       ...audit,
@@ -182,12 +143,11 @@ describe('subscriber instances - partitioned', () => {
         await audit.handle(tx, e, ctx);
       },
     };
-    const pacing = () => !rebalanced;
     const env = { CONSUMER_PARTITIONED: 'true', CONSUMER_BATCH: '5' };
     const accounts = accountsNamed('sir', 900);
     await publishVersions(stream, accounts, 1, 3);
 
-    await using a = await startInstance('a', sdb, stream, env, slow, pacing);
+    await using a = await startInstance('a', sdb, stream, env, slow);
     await eventually(async () => (await countRows(sdb.client, 'inbox')) >= 100, { what: 'the first instance consuming the backlog' });
     await using b = await startInstance('b', sdb, stream, env, slow);
     await eventually(() => leasesOf(b).partitions.length === 8, { timeoutMs: 10_000, what: 'the second instance holding half the partitions' });
