@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
+import { logShownOnFailure } from '../support/torture-log.ts';
 import { DELIVERY_BUDGET_MS, formatReport, runTorture, violationCount } from '../../torture/run.ts';
-
-const quiet = () => undefined;
 
 // The torture run scaled out: two relays sharing the outbox partitions through leases, two instances of each
 // subscriber (CONSUMER_PARTITIONED=true: one durable per partition, leased), and a three-node JetStream cluster with
@@ -22,7 +21,7 @@ describe('torture - scaled out: relays, subscriber instances and a JetStream clu
       subscriberInstances: 2,
       cluster: true,
       leaseTtlMs: 2000,
-      log: quiet,
+      log: logShownOnFailure(),
     });
     const report = formatReport(result);
     console.log(report);
@@ -55,7 +54,7 @@ describe('torture - scaled out: relays, subscriber instances and a JetStream clu
       broken: 'mark-before-puback',
       relays: 2,
       cluster: true,
-      log: quiet,
+      log: logShownOnFailure(),
     });
     expect(result.counts.lost, formatReport(result)).toBeGreaterThan(0);
   }, 120_000);
@@ -73,7 +72,7 @@ describe('torture - scaled out: relays, subscriber instances and a JetStream clu
       subscriberInstances: 2,
       partitions: 4,
       cluster: true,
-      log: quiet,
+      log: logShownOnFailure(),
     });
     expect(result.counts.duplicatedEffects, formatReport(result)).toBeGreaterThan(0);
   }, 120_000);

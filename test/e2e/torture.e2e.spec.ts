@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
+import { logShownOnFailure } from '../support/torture-log.ts';
 import { DELIVERY_BUDGET_MS, formatReport, runTorture, violationCount } from '../../torture/run.ts';
-
-const quiet = () => undefined;
 
 describe('torture - crash injection with a ledger check', () => {
   it('a seeded run with kills of every process kind, a broker restart, a pause, a backlog with a poison row queued while the broker is down, and a subscriber database locked past its delivery budget loses, duplicates and reorders nothing', async () => {
@@ -15,7 +14,7 @@ describe('torture - crash injection with a ledger check', () => {
       concurrency: 8,
       backlog: 3000,
       lockSubscriberMs: DELIVERY_BUDGET_MS + 3000,
-      log: quiet,
+      log: logShownOnFailure(),
     });
     const report = formatReport(result);
     console.log(report);
@@ -40,7 +39,7 @@ describe('torture - crash injection with a ledger check', () => {
       rate: 60,
       concurrency: 4,
       broken: 'no-inbox',
-      log: quiet,
+      log: logShownOnFailure(),
     });
     expect(result.counts.duplicatedEffects, formatReport(result)).toBeGreaterThan(0);
   }, 180_000);
@@ -55,7 +54,7 @@ describe('torture - crash injection with a ledger check', () => {
       rate: 60,
       concurrency: 4,
       broken: 'mark-before-puback',
-      log: quiet,
+      log: logShownOnFailure(),
     });
     expect(result.counts.lost, formatReport(result)).toBeGreaterThan(0);
   }, 180_000);
