@@ -1,4 +1,4 @@
-// npm run bench:commands [-- --runtime node|bun|deno|all] [--connections 32] [--seconds 10] [--warmup 2] [--variants a,b,c,d,e]
+// npm run bench:commands [-- --runtime node|bun|deno|all] [--connections 32] [--seconds 10] [--warmup 2] [--variants a,b,c,d,e[,f]]
 //   [--client wrk|autocannon]
 // POST /orders throughput and latency against five servers, each its own child process on a free loopback port, one
 // after the other, same runtime per row, loaded by wrk (a C client on one thread, as an external load test; the
@@ -8,6 +8,9 @@
 //   (c) outbox      the real service entry, ROLES=api: state + outbox rows in one transaction
 //   (d) dual-write  (b) then an awaited JetStream publish before answering, to a private nats-server
 //   (e) mixed       (c) with one request in ten a cancel of an already cancelled order (409, an expected refusal)
+//   (f) an experiment, only with `--variants …,f`: the app's middleware and validation on the event loop, the order
+//       and its outbox row written on a worker thread (bench/variants/worker-writer.ts); optimistic, since its
+//       worker runs neither the idempotency step nor the command route's span and logger
 // Every server gets a fresh database. Every answer is counted by status: a run with an unexpected status or a socket
 // error says so (and counts only the expected answers). Prints req/s (for (e): answered commands, 201 and 409, per
 // second) and p50/p99 and the ratios c/b, c/d, c/a, e/c. No assertion on timings.
@@ -28,7 +31,7 @@ const runtimeArg = stringArg('runtime', 'all');
 const CLIENT = stringArg('client', 'wrk');
 if (process.argv.includes('--help')) {
   console.log(
-    'npm run bench:commands [-- --runtime node|bun|deno|all] [--connections 32] [--seconds 10] [--warmup 2] [--variants a,b,c,d,e] [--client wrk|autocannon]',
+    'npm run bench:commands [-- --runtime node|bun|deno|all] [--connections 32] [--seconds 10] [--warmup 2] [--variants a,b,c,d,e[,f]] [--client wrk|autocannon]',
   );
   console.log('  (a) ceiling, (b) state-only, (c) outbox: the real path, (d) dual-write, (e) mixed: (c) with 10 % cancels answered 409');
   process.exit(0);
@@ -52,7 +55,7 @@ const autocannon = createRequire(import.meta.url)('autocannon') as Autocannon;
 
 /** What the load sends: only placements, or nine placements then a cancel of an order already cancelled (409). */
 type Load = 'place' | 'mixed';
-type Variant = { key: 'a' | 'b' | 'c' | 'd' | 'e'; id: string; label: string; entry: (r: Runtime) => string; env: Record<string, string>; load?: Load };
+type Variant = { key: 'a' | 'b' | 'c' | 'd' | 'e' | 'f'; id: string; label: string; entry: (r: Runtime) => string; env: Record<string, string>; load?: Load };
 const VARIANT_SERVER = 'bench/variants/serve.ts';
 const VARIANTS: Variant[] = [
   { key: 'a', id: 'ceiling', label: 'Hono + zod, no I/O (HTTP ceiling)', entry: () => VARIANT_SERVER, env: { VARIANT: 'ceiling' } },
@@ -60,6 +63,13 @@ const VARIANTS: Variant[] = [
   { key: 'c', id: 'outbox', label: 'real path: state + outbox, one tx', entry: (r) => `src/entry/${r}.ts`, env: { ROLES: 'api' } },
   { key: 'd', id: 'dualWrite', label: 'dual write: state, then awaited publish', entry: () => VARIANT_SERVER, env: { VARIANT: 'dual-write' } },
   { key: 'e', id: 'mixed', label: 'real path, 10 % cancels answered 409', entry: (r) => `src/entry/${r}.ts`, env: { ROLES: 'api' }, load: 'mixed' },
+  {
+    key: 'f',
+    id: 'workerWriter',
+    label: 'experiment: (c) with the database work on a worker thread',
+    entry: () => VARIANT_SERVER,
+    env: { VARIANT: 'worker-writer' },
+  },
 ];
 const variantsArg = stringArg('variants', 'a,b,c,d,e').split(',');
 const selected = VARIANTS.filter((v) => variantsArg.includes(v.key));
@@ -168,7 +178,10 @@ const ratio = (a: VariantResult | undefined, b: VariantResult | undefined) => ro
 async function main() {
   const nats = await startNats();
   const tmp = createTempDir('hono-outbox-bench-');
-  const byRuntime: Record<string, { variants: Record<string, VariantResult>; ratios: { cOverB: number; cOverD: number; cOverA: number; eOverC: number } }> = {};
+  const byRuntime: Record<
+    string,
+    { variants: Record<string, VariantResult>; ratios: { cOverB: number; cOverD: number; cOverA: number; eOverC: number; fOverA: number; fOverC: number } }
+  > = {};
   try {
     for (const runtime of runtimes) {
       const variants: Record<string, VariantResult> = {};
@@ -182,25 +195,29 @@ async function main() {
             : `${r.reqPerSec} req/s, p50 ${r.p50Ms} ms, p99 ${r.p99Ms} ms${r.non2xx + r.errors + r.timeouts ? `, WITH ERRORS: ${r.problems?.join(', ') ?? `${r.non2xx} non-2xx, ${r.errors} errors, ${r.timeouts} timeouts`}` : ''}`,
         );
       }
-      const [a, b, c, d, e] = VARIANTS.map((v) => variants[v.id]);
-      byRuntime[runtime] = { variants, ratios: { cOverB: ratio(c, b), cOverD: ratio(c, d), cOverA: ratio(c, a), eOverC: ratio(e, c) } };
+      const [a, b, c, d, e, f] = VARIANTS.map((v) => variants[v.id]);
+      byRuntime[runtime] = {
+        variants,
+        ratios: { cOverB: ratio(c, b), cOverD: ratio(c, d), cOverA: ratio(c, a), eOverC: ratio(e, c), fOverA: ratio(f, a), fOverC: ratio(f, c) },
+      };
     }
   } finally {
     tmp[Symbol.dispose]();
     await nats[Symbol.asyncDispose]();
   }
 
+  const withF = selected.some((v) => v.key === 'f');
   console.log(
     `\nPOST /orders, ${CONNECTIONS} connections, ${SECONDS} s measured after ${WARMUP} s warm-up (${CLIENT === 'wrk' ? `wrk, one thread (${WRK_BIN})` : 'autocannon in the bench process'}, server in a child)`,
   );
-  console.log(`${'runtime'.padEnd(8)}${selected.map((v) => `(${v.key}) ${v.id}`.padEnd(26)).join('')}c/b    c/d    c/a    e/c`);
+  console.log(`${'runtime'.padEnd(8)}${selected.map((v) => `(${v.key}) ${v.id}`.padEnd(26)).join('')}c/b    c/d    c/a    e/c${withF ? '    f/a    f/c' : ''}`);
   for (const [runtime, row] of Object.entries(byRuntime)) {
     const cells = selected.map((v) => {
       const r = row.variants[v.id];
       return (r && 'reqPerSec' in r ? `${r.reqPerSec}/s ${r.p50Ms}|${r.p99Ms} ms${r.non2xx + r.errors + r.timeouts ? ' ERR' : ''}` : 'error').padEnd(26);
     });
     console.log(
-      `${runtime.padEnd(8)}${cells.join('')}${String(row.ratios.cOverB).padEnd(7)}${String(row.ratios.cOverD).padEnd(7)}${String(row.ratios.cOverA).padEnd(7)}${row.ratios.eOverC}`,
+      `${runtime.padEnd(8)}${cells.join('')}${String(row.ratios.cOverB).padEnd(7)}${String(row.ratios.cOverD).padEnd(7)}${String(row.ratios.cOverA).padEnd(7)}${String(row.ratios.eOverC).padEnd(7)}${withF ? `${String(row.ratios.fOverA).padEnd(7)}${row.ratios.fOverC}` : ''}`,
     );
   }
   const result = {

@@ -16,6 +16,7 @@ import { createSignal } from '../../src/signal.ts';
 import { createCeilingApp } from './ceiling.ts';
 import { createInlinePublisher } from './dual-write.ts';
 import { createStateOnlyApp } from './state-only.ts';
+import { createWorkerWriterApp, startWriterThread } from './worker-writer.ts';
 
 declare const Bun: { serve(o: { fetch: (r: Request) => Response | Promise<Response>; port: number; hostname: string }): { stop(): unknown } };
 declare const Deno: { serve(o: { port: number; hostname: string }, h: (r: Request) => Response | Promise<Response>): { shutdown(): Promise<void> } };
@@ -27,8 +28,8 @@ const cleanups: Array<() => unknown> = [];
 
 async function buildFetch(): Promise<(req: Request) => Response | Promise<Response>> {
   if (variant === 'ceiling') return createCeilingApp(createUuidV7()).fetch;
-  if (variant !== 'state-only' && variant !== 'dual-write')
-    throw new Error(`VARIANT must be ceiling, state-only or dual-write (got ${JSON.stringify(variant)})`);
+  if (variant !== 'state-only' && variant !== 'dual-write' && variant !== 'worker-writer')
+    throw new Error(`VARIANT must be ceiling, state-only, dual-write or worker-writer (got ${JSON.stringify(variant)})`);
   const client = await openClient(config.DATABASE_URL, config);
   cleanups.push(() => client.close());
   await migrateDatabase(client, MIGRATIONS_FOLDER);
@@ -45,6 +46,11 @@ async function buildFetch(): Promise<(req: Request) => Response | Promise<Respon
   };
   cleanups.unshift(() => deps.writer.idle());
   if (variant === 'state-only') return createStateOnlyApp(deps).fetch;
+  if (variant === 'worker-writer') {
+    const thread = await startWriterThread(process.env as Record<string, string>);
+    cleanups.push(() => thread.close());
+    return createWorkerWriterApp(deps, thread).fetch;
+  }
   const publisher = await createInlinePublisher(natsConnector(config, 'bench dual-write'), streamSettingsFrom(config));
   cleanups.unshift(() => publisher.close());
   return createStateOnlyApp(deps, publisher.publish).fetch;
