@@ -61,6 +61,11 @@ export type RelayRunOptions = StopOptions & {
   untilIdle?: boolean;
 };
 
+/**
+ * What a run did, summed over its completed passes. A pass whose mark-sent write failed before it was counted (a
+ * database outage, a stop) is left out: its rows stay pending and come back as duplicates, so `published` can be
+ * below what the stream stored. The relay's metrics count every acknowledgement.
+ */
 export type RelayRunSummary = { passes: number; published: number; duplicates: number; failed: number; parked: number; brokerErrors: number };
 
 /** A relay worker; `run` loops until stopped and resolves with what it did. */
