@@ -23,26 +23,34 @@ export function busyBudgetOf(client: Client): number {
 }
 
 /**
- * How long a writer that has held the write lock for HOLD_BEFORE_YIELD_MS leaves it free before its next write: longer
- * than another process's writer sleeps between two attempts (nextBusySleep, plus the driver's wait of each attempt),
- * so one of that process's attempts falls in the gap. SQLite hands the lock to whoever asks first, not to whoever
- * waited longest, so a process writing back to back would otherwise starve the others' writes (lease claims, marks)
- * until their busy budget ran out.
+ * How long a saturated writer leaves the write lock free before its next group: longer than another process's writer
+ * sleeps between two attempts (nextBusySleep, plus the driver's wait of each attempt), so one of that process's
+ * attempts falls in the gap. SQLite hands the lock to whoever asks first, not to whoever waited longest, so processes
+ * writing back to back would otherwise starve the others' writes (lease claims, marks) until their busy budget ran out.
  */
 export const YIELD_MS = MAX_SLEEP_MS + 2 * DRIVER_BUSY_WAIT_MS;
 
-/** The time a writer holds the write lock, summed over writes with no gap of YIELD_MS between them, before it yields. */
-export const HOLD_BEFORE_YIELD_MS = 1000;
+/** The window over which a writer measures how busy it keeps the lock; it yields at most once per window. */
+export const YIELD_WINDOW_MS = 1000;
 
 /**
- * The share of that stretch's time the writer must have held the lock to yield: below it, the lock is free often
- * enough (in gaps however short) that another process's attempts find it free.
+ * The share of a window a writer must have spent holding the lock or waiting for it to yield: below it, the lock is
+ * free often enough (in gaps however short) that another process's attempts find it free.
  */
 export const SATURATED_SHARE = 0.9;
 
-/** The next sleep between two attempts at the write lock: 1, 2, 4 … ms, at most 25 ms. */
-export function nextBusySleep(previousMs: number): number {
-  return Math.min(MAX_SLEEP_MS, Math.max(1, previousMs * 2));
+/**
+ * A writer that has waited this long for the lock while holding it little of late (STARVED_HELD_SHARE) probes it at
+ * most every STARVED_SLEEP_MS, so in a gap left by a saturated writer it comes before the other saturated writers,
+ * which keep their slower probes. Each probe blocks the event loop for up to the driver's wait.
+ */
+export const STARVED_AFTER_MS = 1000;
+export const STARVED_HELD_SHARE = 0.2;
+const STARVED_SLEEP_MS = 4;
+
+/** The next sleep between two attempts at the write lock: 1, 2, 4 … ms, at most 25 ms (4 ms once `starved`). */
+export function nextBusySleep(previousMs: number, starved = false): number {
+  return Math.min(starved ? STARVED_SLEEP_MS : MAX_SLEEP_MS, Math.max(1, previousMs * 2));
 }
 
 /**
@@ -78,20 +86,22 @@ export function dropPoisonedConnections(client: Client): void {
 }
 
 /**
- * Runs `attempt` until it does not fail with SQLITE_BUSY, sleeping 1, 2, 4 … 25 ms in between, for at most
+ * Runs `attempt` until it does not fail with SQLITE_BUSY, sleeping 1, 2, 4 … 25 ms in between (4 ms once starved), for at most
  * `budgetMs`; then throws DatabaseBusyError. Each attempt blocks the event loop for the driver's few ms at most.
  */
 export async function retryWhileBusy<T>(budgetMs: number, attempt: () => Promise<T>): Promise<T> {
-  const until = Date.now() + budgetMs;
+  const from = performance.now();
+  const until = from + budgetMs;
   for (let wait = 0; ; ) {
     try {
       return await attempt();
     } catch (error) {
       if (!isBusyError(error)) throw error;
-      if (Date.now() >= until) throw error instanceof DatabaseBusyError ? error : new DatabaseBusyError(error);
+      if (performance.now() >= until) throw error instanceof DatabaseBusyError ? error : new DatabaseBusyError(error);
     }
-    wait = nextBusySleep(wait);
-    await sleep(Math.min(wait, until - Date.now()));
+    // a one-off write (migrations, a journal mode switch) holds the lock little: once it has waited long, it is starved
+    wait = nextBusySleep(wait, performance.now() - from >= STARVED_AFTER_MS);
+    await sleep(Math.min(wait, until - performance.now()));
   }
 }
 

@@ -2,7 +2,17 @@ import { context, ROOT_CONTEXT } from '@opentelemetry/api';
 import { sqlOf, type Database, type Tx } from './open-database.ts';
 import { DatabaseBusyError, isBusyError } from './busy.ts';
 import { sleep } from '../worker/sleep.ts';
-import { busyBudgetOf, dropPoisonedConnections, HOLD_BEFORE_YIELD_MS, nextBusySleep, SATURATED_SHARE, writeLockBusy, YIELD_MS } from './write-lock.ts';
+import {
+  busyBudgetOf,
+  dropPoisonedConnections,
+  nextBusySleep,
+  SATURATED_SHARE,
+  STARVED_AFTER_MS,
+  STARVED_HELD_SHARE,
+  writeLockBusy,
+  YIELD_MS,
+  YIELD_WINDOW_MS,
+} from './write-lock.ts';
 
 /** Runs write transactions one at a time for this process, grouping queued ones into a single commit. */
 export type Writer = {
@@ -21,6 +31,7 @@ export type Writer = {
 };
 
 type Job = { fn: (tx: Tx) => Promise<unknown>; resolve: (v: unknown) => void; reject: (e: unknown) => void; deadline: number };
+// deadline: on the monotonic clock (performance.now), when the job stops waiting for another process's lock
 type Outcome = { ok: true; value: unknown } | { ok: false; error: unknown };
 /** How a group attempt ended: it ran (every job settled), or another process held the write lock (no job ran). */
 type GroupRun = { ran: true } | { ran: false; busy: unknown };
@@ -30,6 +41,9 @@ type GroupRun = { ran: true } | { ran: false; busy: unknown };
  * queued before the first transaction starts (a microtask would commit the first one alone). setImmediate where
  * the runtime has it, a zero timeout elsewhere (Workers).
  */
+/** How fast the writer's memory of holding the lock fades (heldLately). */
+const HELD_DECAY_MS = 5000;
+
 const nextTurn: (fn: () => void) => void = typeof setImmediate === 'function' ? (fn) => void setImmediate(fn) : (fn) => void setTimeout(fn, 0);
 
 /**
@@ -38,9 +52,10 @@ const nextTurn: (fn: () => void) => void = typeof setImmediate === 'function' ? 
  * avoids that, and it is where group commit happens: up to `maxGroup` queued writes share one fsync.
  * While another process holds the write lock, the queue waits asynchronously (short probes, growing sleeps) and
  * fails each job with DatabaseBusyError when its own `busyTimeoutMs` (the client's busy budget by default) runs out.
- * On a local file, a writer that keeps the lock nearly all the time (SATURATED_SHARE of it, over HOLD_BEFORE_YIELD_MS
- * held) leaves it free for YIELD_MS before its next group, so other processes' writers waiting for it get in: ≈ 3.5 %
- * of a saturated writer's time; a writer that leaves gaps of its own never pauses.
+ * SQLite's lock is not fair, so on a local file the writer takes turns: one that spent SATURATED_SHARE of the last
+ * second holding the lock or waiting for it leaves it free for YIELD_MS after its group (≈ 3.5 % of a saturated
+ * writer's time; a writer with gaps of its own never pauses), and one that has waited STARVED_AFTER_MS while holding
+ * the lock little lately probes faster than the saturated ones, so it takes such a gap before them.
  */
 export function createWriter(db: Database, options: { maxGroup?: number; busyTimeoutMs?: number } = {}): Writer {
   const maxGroup = options.maxGroup ?? 64;
@@ -48,26 +63,40 @@ export function createWriter(db: Database, options: { maxGroup?: number; busyTim
   const queue: Job[] = [];
   let draining: Promise<void> | undefined;
   const yields = db.$client.protocol === 'file';
-  /** When the last group let go of the write lock; since when, and for how long, the groups held it with no gap of YIELD_MS. */
-  let releasedAt = Number.NEGATIVE_INFINITY;
-  let stretchFrom = 0;
-  let heldMs = 0;
+  // Fairness towards other processes' writers (see YIELD_MS), timed with the monotonic clock: a wall clock stepped
+  // back or forth must not turn into a pause of the queue or switch the yields off.
+  const now = () => performance.now();
+  /** The current window: since when, and how long the drain spent holding the lock or waiting for it in it. */
+  let windowFrom = now();
+  let busyMs = 0;
+  /** The lock held lately, decaying over HELD_DECAY_MS: what tells a light writer from one that takes turns holding it. */
+  let recentHeldMs = 0;
+  let recentAt = now();
+  /** Since when the head of the queue has waited for another process's lock; undefined while it is not waiting. */
+  let waitingFrom: number | undefined;
+
+  const heldLately = (heldMs = 0) => {
+    const t = now();
+    recentHeldMs = recentHeldMs * Math.exp(-(t - recentAt) / HELD_DECAY_MS) + heldMs;
+    recentAt = t;
+    return recentHeldMs / HELD_DECAY_MS;
+  };
 
   /**
-   * Leaves the lock free for YIELD_MS (counting the gap since the last group) once the groups held it for
-   * HOLD_BEFORE_YIELD_MS and for at least SATURATED_SHARE of the time since it was last free that long. A writer whose
-   * own gaps leave the lock free more often lets other processes in anyway, and never pauses.
+   * Called after each group: once a window (YIELD_WINDOW_MS) is over, leaves the lock free for YIELD_MS if the drain
+   * spent SATURATED_SHARE of it holding the lock or waiting for it, then starts the next window.
    */
   async function yieldIfSaturated(): Promise<void> {
-    const now = Date.now();
-    const gap = now - releasedAt;
-    if (gap >= YIELD_MS || heldMs < HOLD_BEFORE_YIELD_MS) {
-      if (gap >= YIELD_MS) [heldMs, stretchFrom] = [0, now];
-      return;
-    }
-    if (heldMs >= SATURATED_SHARE * (now - stretchFrom)) await sleep(YIELD_MS - gap);
-    [heldMs, stretchFrom] = [0, Date.now()];
+    const t = now();
+    if (t - windowFrom < YIELD_WINDOW_MS) return;
+    const saturated = busyMs >= SATURATED_SHARE * (t - windowFrom);
+    if (saturated) await sleep(YIELD_MS);
+    windowFrom = now();
+    busyMs = 0;
   }
+
+  /** Whether the head of the queue has waited long for the lock while this writer held it little lately (STARVED_AFTER_MS). */
+  const starved = () => waitingFrom !== undefined && now() - waitingFrom >= STARVED_AFTER_MS && heldLately() < STARVED_HELD_SHARE;
 
   /**
    * One transaction for the group. Optimistically the jobs run back to back; if one throws, the whole attempt
@@ -127,9 +156,9 @@ export function createWriter(db: Database, options: { maxGroup?: number; busyTim
 
   /** Rejects the jobs whose wait for another process's lock has run out; deadlines grow along the queue. */
   function expire(cause: unknown): void {
-    const now = Date.now();
+    const t = now();
     let n = 0;
-    while (n < queue.length && queue[n]!.deadline <= now) n++;
+    while (n < queue.length && queue[n]!.deadline <= t) n++;
     for (const job of queue.splice(0, n)) job.reject(new DatabaseBusyError(cause));
   }
 
@@ -137,27 +166,31 @@ export function createWriter(db: Database, options: { maxGroup?: number; busyTim
     let wait = 0;
     try {
       while (queue.length > 0) {
+        const from = now();
         // Probing first keeps a taken lock from failing client.transaction()'s BEGIN, which would poison a connection.
         // Any other failure of the probe (a closed client, an I/O error) is left for the group's own BEGIN to report.
-        if (yields) await yieldIfSaturated();
         const busy = await writeLockBusy(db.$client).catch(() => undefined);
         let run: GroupRun = { ran: false, busy };
         if (busy === undefined) {
           const group = queue.splice(0, maxGroup);
-          const startedAt = Date.now();
+          const heldFrom = now();
           run = await runGroup(group);
-          releasedAt = Date.now();
-          heldMs += releasedAt - startedAt;
+          if (yields) heldLately(now() - heldFrom);
           if (!run.ran) queue.unshift(...group);
         }
         if (run.ran) {
           wait = 0;
+          waitingFrom = undefined;
+          busyMs += now() - from;
+          if (yields) await yieldIfSaturated();
           continue;
         }
+        waitingFrom ??= from;
         expire(run.busy);
         if (queue.length === 0) break;
-        wait = nextBusySleep(wait);
-        await sleep(Math.min(wait, queue[0]!.deadline - Date.now()));
+        wait = nextBusySleep(wait, yields && starved());
+        await sleep(Math.min(wait, queue[0]!.deadline - now()));
+        busyMs += now() - from;
         expire(run.busy);
       }
     } finally {
@@ -172,7 +205,7 @@ export function createWriter(db: Database, options: { maxGroup?: number; busyTim
       const caller = context.active();
       const job = caller === ROOT_CONTEXT ? fn : (tx: Tx) => context.with(caller, fn, undefined, tx);
       return new Promise<T>((resolve, reject) => {
-        const deadline = Date.now() + budgetMs;
+        const deadline = now() + budgetMs;
         if (options?.urgent) {
           // deadlines must not decrease along the queue (expire() reads them from the head)
           queue.unshift({ fn: job, resolve: resolve as (v: unknown) => void, reject, deadline: Math.min(deadline, queue[0]?.deadline ?? deadline) });
