@@ -45,6 +45,7 @@ export const SATURATED_SHARE = 0.9;
  * which keep their slower probes. Each probe blocks the event loop for up to the driver's wait.
  */
 export const STARVED_AFTER_MS = 1000;
+/** The share of the last few seconds a writer may have held the lock and still count as starved. */
 export const STARVED_HELD_SHARE = 0.2;
 const STARVED_SLEEP_MS = 4;
 

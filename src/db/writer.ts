@@ -30,20 +30,20 @@ export type Writer = {
   idle(): Promise<void>;
 };
 
+/** A queued write; `deadline` (performance.now() ms) is when it stops waiting for another process's lock. */
 type Job = { fn: (tx: Tx) => Promise<unknown>; resolve: (v: unknown) => void; reject: (e: unknown) => void; deadline: number };
-// deadline: on the monotonic clock (performance.now), when the job stops waiting for another process's lock
 type Outcome = { ok: true; value: unknown } | { ok: false; error: unknown };
 /** How a group attempt ended: it ran (every job settled), or another process held the write lock (no job ran). */
 type GroupRun = { ran: true } | { ran: false; busy: unknown };
+
+/** How fast the writer's memory of holding the lock fades (heldLately in createWriter). */
+const HELD_DECAY_MS = 5000;
 
 /**
  * Runs `fn` after the event loop's current turn, so requests whose bytes arrived together are all parsed and
  * queued before the first transaction starts (a microtask would commit the first one alone). setImmediate where
  * the runtime has it, a zero timeout elsewhere (Workers).
  */
-/** How fast the writer's memory of holding the lock fades (heldLately). */
-const HELD_DECAY_MS = 5000;
-
 const nextTurn: (fn: () => void) => void = typeof setImmediate === 'function' ? (fn) => void setImmediate(fn) : (fn) => void setTimeout(fn, 0);
 
 /**

@@ -133,8 +133,8 @@ describe('subscriber instances - partitioned', () => {
     // Until the second instance holds its partitions, audit is slowed down. Events are applied one at a time (under
     // the database's write lock), so at 6 ms an event the 2,600 after the first 100 last at least 15 s, more than
     // starting the second instance and the 10 s allowed for the rebalance: the backlog outlasts it. The first
-    // instance writes back to back all along, holding the lock; the joining one's lease claims get in because a
-    // writer leaves the lock free for a moment every second it held it (createWriter).
+    // instance writes back to back all along, holding the lock; the joining one's lease claims get in because the
+    // writers take turns on it (createWriter).
     let rebalanced = false;
     const slow: Subscriber = {
       ...audit,
