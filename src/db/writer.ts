@@ -196,6 +196,8 @@ export function createWriter(db: Database, options: { maxGroup?: number; busyTim
     } finally {
       // Synchronously after the last look at the queue: a write queued from here on starts a new drain.
       draining = undefined;
+      // the queue is empty: whatever is queued next has not waited yet
+      waitingFrom = undefined;
     }
   }
 
