@@ -23,9 +23,9 @@ export function busyBudgetOf(client: Client): number {
 }
 
 /**
- * How long a saturated writer leaves the write lock free before its next group: longer than another process's writer
- * sleeps between two attempts (nextBusySleep, plus the driver's wait of each attempt), so one of that process's
- * attempts falls in the gap. SQLite hands the lock to whoever asks first, not to whoever waited longest, so processes
+ * How long a saturated writer leaves the write lock free before its next group: longer than a light writer of another
+ * process sleeps between two attempts (nextBusySleep, plus the driver's wait of each attempt), so one of its attempts
+ * falls in the gap. SQLite hands the lock to whoever asks first, not to whoever waited longest, so processes
  * writing back to back would otherwise starve the others' writes (lease claims, marks) until their busy budget ran out.
  */
 export const YIELD_MS = MAX_SLEEP_MS + 2 * DRIVER_BUSY_WAIT_MS;
@@ -40,18 +40,17 @@ export const YIELD_WINDOW_MS = 1000;
 export const SATURATED_SHARE = 0.9;
 
 /**
- * A writer that has waited this long for the lock while holding it little of late (STARVED_HELD_SHARE) probes it at
- * most every STARVED_SLEEP_MS, so in a gap left by a saturated writer it comes before the other saturated writers,
- * which keep their slower probes. Each probe blocks the event loop for up to the driver's wait.
+ * A writer that held the lock for this share of the last few seconds is a heavy one: while it waits, it probes at most
+ * every HEAVY_MAX_SLEEP_MS instead of MAX_SLEEP_MS, so in a gap another heavy writer left (YIELD_MS) a light writer
+ * (a lease claim, a relay's marks) most likely probes first. Slower probes, not faster ones: every probe blocks the
+ * event loop for up to the driver's wait, and several waiters in one process probing fast would starve its sockets.
  */
-export const STARVED_AFTER_MS = 1000;
-/** The share of the last few seconds a writer may have held the lock and still count as starved. */
-export const STARVED_HELD_SHARE = 0.2;
-const STARVED_SLEEP_MS = 4;
+export const HEAVY_HELD_SHARE = 0.2;
+const HEAVY_MAX_SLEEP_MS = 100;
 
-/** The next sleep between two attempts at the write lock: 1, 2, 4 … ms, at most 25 ms (4 ms once `starved`). */
-export function nextBusySleep(previousMs: number, starved = false): number {
-  return Math.min(starved ? STARVED_SLEEP_MS : MAX_SLEEP_MS, Math.max(1, previousMs * 2));
+/** The next sleep between two attempts at the write lock: 1, 2, 4 … ms, at most 25 ms (100 ms for a `heavy` writer). */
+export function nextBusySleep(previousMs: number, heavy = false): number {
+  return Math.min(heavy ? HEAVY_MAX_SLEEP_MS : MAX_SLEEP_MS, Math.max(1, previousMs * 2));
 }
 
 /**
@@ -87,12 +86,11 @@ export function dropPoisonedConnections(client: Client): void {
 }
 
 /**
- * Runs `attempt` until it does not fail with SQLITE_BUSY, sleeping 1, 2, 4 … 25 ms in between (4 ms once starved), for at most
+ * Runs `attempt` until it does not fail with SQLITE_BUSY, sleeping 1, 2, 4 … 25 ms in between, for at most
  * `budgetMs`; then throws DatabaseBusyError. Each attempt blocks the event loop for the driver's few ms at most.
  */
 export async function retryWhileBusy<T>(budgetMs: number, attempt: () => Promise<T>): Promise<T> {
-  const from = performance.now();
-  const until = from + budgetMs;
+  const until = performance.now() + budgetMs;
   for (let wait = 0; ; ) {
     try {
       return await attempt();
@@ -100,8 +98,7 @@ export async function retryWhileBusy<T>(budgetMs: number, attempt: () => Promise
       if (!isBusyError(error)) throw error;
       if (performance.now() >= until) throw error instanceof DatabaseBusyError ? error : new DatabaseBusyError(error);
     }
-    // a one-off write (migrations, a journal mode switch) holds the lock little: once it has waited long, it is starved
-    wait = nextBusySleep(wait, performance.now() - from >= STARVED_AFTER_MS);
+    wait = nextBusySleep(wait);
     await sleep(Math.min(wait, until - performance.now()));
   }
 }

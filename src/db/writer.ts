@@ -7,8 +7,7 @@ import {
   dropPoisonedConnections,
   nextBusySleep,
   SATURATED_SHARE,
-  STARVED_AFTER_MS,
-  STARVED_HELD_SHARE,
+  HEAVY_HELD_SHARE,
   writeLockBusy,
   YIELD_MS,
   YIELD_WINDOW_MS,
@@ -54,8 +53,8 @@ const nextTurn: (fn: () => void) => void = typeof setImmediate === 'function' ? 
  * fails each job with DatabaseBusyError when its own `busyTimeoutMs` (the client's busy budget by default) runs out.
  * SQLite's lock is not fair, so on a local file the writer takes turns: one that spent SATURATED_SHARE of the last
  * second holding the lock or waiting for it leaves it free for YIELD_MS after its group (≈ 3.5 % of a saturated
- * writer's time; a writer with gaps of its own never pauses), and one that has waited STARVED_AFTER_MS while holding
- * the lock little lately probes faster than the saturated ones, so it takes such a gap before them.
+ * writer's time; a writer with gaps of its own never pauses), and one that held it for HEAVY_HELD_SHARE of the last
+ * few seconds probes more slowly while it waits, so a light writer most likely takes such a gap first.
  */
 export function createWriter(db: Database, options: { maxGroup?: number; busyTimeoutMs?: number } = {}): Writer {
   const maxGroup = options.maxGroup ?? 64;
@@ -69,12 +68,9 @@ export function createWriter(db: Database, options: { maxGroup?: number; busyTim
   /** The current window: since when, and how long the drain spent holding the lock or waiting for it in it. */
   let windowFrom = now();
   let busyMs = 0;
-  /** The lock held lately, decaying over HELD_DECAY_MS: what tells a light writer from one that takes turns holding it. */
+  /** The lock held lately, decaying over HELD_DECAY_MS: what tells a heavy writer from a light one. */
   let recentHeldMs = 0;
   let recentAt = now();
-  /** Since when the head of the queue has waited for another process's lock; undefined while it is not waiting. */
-  let waitingFrom: number | undefined;
-
   const heldLately = (heldMs = 0) => {
     const t = now();
     recentHeldMs = recentHeldMs * Math.exp(-(t - recentAt) / HELD_DECAY_MS) + heldMs;
@@ -95,8 +91,8 @@ export function createWriter(db: Database, options: { maxGroup?: number; busyTim
     busyMs = 0;
   }
 
-  /** Whether the head of the queue has waited long for the lock while this writer held it little lately (STARVED_AFTER_MS). */
-  const starved = () => waitingFrom !== undefined && now() - waitingFrom >= STARVED_AFTER_MS && heldLately() < STARVED_HELD_SHARE;
+  /** Whether this writer held the lock for HEAVY_HELD_SHARE of the last few seconds: it then waits with slower probes. */
+  const heavy = () => heldLately() >= HEAVY_HELD_SHARE;
 
   /**
    * One transaction for the group. Optimistically the jobs run back to back; if one throws, the whole attempt
@@ -180,15 +176,13 @@ export function createWriter(db: Database, options: { maxGroup?: number; busyTim
         }
         if (run.ran) {
           wait = 0;
-          waitingFrom = undefined;
           busyMs += now() - from;
           if (yields) await yieldIfSaturated();
           continue;
         }
-        waitingFrom ??= from;
         expire(run.busy);
         if (queue.length === 0) break;
-        wait = nextBusySleep(wait, yields && starved());
+        wait = nextBusySleep(wait, yields && heavy());
         await sleep(Math.min(wait, queue[0]!.deadline - now()));
         busyMs += now() - from;
         expire(run.busy);
@@ -196,8 +190,6 @@ export function createWriter(db: Database, options: { maxGroup?: number; busyTim
     } finally {
       // Synchronously after the last look at the queue: a write queued from here on starts a new drain.
       draining = undefined;
-      // the queue is empty: whatever is queued next has not waited yet
-      waitingFrom = undefined;
     }
   }
 
