@@ -10,7 +10,7 @@ import { eventSubject } from '../nats/stream-settings.ts';
 import { traceFields, traceHeadersOf } from '../telemetry/trace-context.ts';
 import { backoffDelay } from '../worker/backoff.ts';
 import { eventHeaders } from './event-headers.ts';
-import { headerFieldsOf } from './row-message.ts';
+import { headerFieldsOf, sameEvent } from './row-message.ts';
 import type { OutboxMetrics, PublishErrorReason } from './outbox-metrics.ts';
 import { isBrokerUnavailable } from './publish-errors.ts';
 import { givePartitions } from './outbox-partitions.ts';
@@ -102,7 +102,8 @@ export type RelayPassOptions = {
   isLeased?: (partition: number) => boolean;
   /**
    * The body the stream holds at a sequence (null when it holds none any more). A PubAck saying `duplicate` names the
-   * message stored earlier under the row's id; the row is marked sent only when that message is the row's payload,
+   * message stored earlier under the row's id; the row is marked sent only when that message is the row's event (the same
+   * bytes, or JSON the registry parses to the same event: see sameEvent),
    * else it failed (an id reused for another event would otherwise be marked sent and never reach anyone). Without
    * it, a duplicate is taken as the broker says.
    */
@@ -110,13 +111,6 @@ export type RelayPassOptions = {
 };
 
 type Prepared = { data: Uint8Array; headers: MsgHdrs };
-
-/** Whether two byte strings are equal. */
-function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
-}
 
 /** Why a row whose id the stream already holds for another body is not marked sent. */
 const anotherMessage = (id: string, seq: number) =>
@@ -321,7 +315,8 @@ export async function relayPass(deps: RelayPassDeps, publisher: AckPublisher, op
         if (!ack?.duplicate || !storedBody) return finish(error, ack);
         // the row's aggregate stays in flight (its later rows wait) until the stored message is compared with it
         storedBody(ack.seq).then(
-          (body) => (body === null || sameBytes(body, row.payload) ? finish(undefined, ack) : finish(new Error(anotherMessage(row.id, ack.seq)))),
+          (body) =>
+            body === null || sameEvent(body, row.payload, deps.registry) ? finish(undefined, ack) : finish(new Error(anotherMessage(row.id, ack.seq))),
           (lookupError: unknown) => finish(lookupError),
         );
       };

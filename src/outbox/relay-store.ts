@@ -61,8 +61,10 @@ export const RELAY_LEASE_SCOPE = 'relay';
  * through guards: `attempts` and `occurred_at` come back NULL unless they hold a count or a time the relay can use
  * (the relay parks a row without a count; see relayPass), so one odd row can neither fail the whole fetch (the driver
  * refuses integers past 2^53) nor be retried without a back-off.
+ * The payload comes as its stored bytes (UTF-8 JSON, published as they are), except in a database whose text encoding
+ * is UTF-16 (a file another tool made): there it comes as text, and fetchPending encodes it to UTF-8.
  */
-export const FETCH_PENDING_SQL = `SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.message_type, CAST(o.payload AS BLOB) AS payload, o.headers,
+export const FETCH_PENDING_SQL = `SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.message_type, CASE WHEN (SELECT encoding FROM pragma_encoding) = 'UTF-8' THEN CAST(o.payload AS BLOB) ELSE o.payload END AS payload, o.headers,
   CASE WHEN typeof(o.attempts) = 'integer' AND o.attempts BETWEEN 0 AND ${MAX_READ_ATTEMPTS} THEN o.attempts END AS attempts,
   CASE WHEN typeof(o.occurred_at) = 'integer' AND o.occurred_at BETWEEN -${MAX_TIME_MS} AND ${MAX_TIME_MS} THEN o.occurred_at END AS occurred_at,
   o.partition, o.payload_validated IS 1 AS payload_validated
@@ -93,6 +95,9 @@ const HIGH_SEQ_SQL = 'SELECT coalesce((SELECT max(seq) FROM outbox), 0) AS high,
 
 /** Where a floor stands: the seq below which rows were held, and the count of retried rows sent when it was taken. */
 export type Floor = { seq: number; epoch: number | null };
+
+/** Encodes the payloads a UTF-16 database gives back as text. */
+const encoder = new TextEncoder();
 
 /** What the relay read in one snapshot: the publishable rows, the highest seq and the retried-rows-sent count then. */
 export type Fetched = { rows: PendingRow[]; high: number; epoch: number | null };
@@ -132,8 +137,12 @@ export async function fetchPending(
     'read',
   );
   const row = state!.rows[0]!;
-  const rows = fetched!.rows as unknown as Array<Omit<PendingRow, 'payload'> & { payload: ArrayBuffer | Uint8Array }>;
-  for (const r of rows) if (!(r.payload instanceof Uint8Array)) r.payload = new Uint8Array(r.payload);
+  const rows = fetched!.rows as unknown as Array<Omit<PendingRow, 'payload'> & { payload: ArrayBuffer | Uint8Array | string }>;
+  for (const r of rows) {
+    if (r.payload instanceof Uint8Array) continue;
+    // text: the database stores it as UTF-16, whose bytes are not the UTF-8 JSON the stream carries
+    r.payload = typeof r.payload === 'string' ? encoder.encode(r.payload) : new Uint8Array(r.payload);
+  }
   return { rows: rows as PendingRow[], high: Number(row.high), epoch: row.epoch === null ? null : Number(row.epoch) };
 }
 

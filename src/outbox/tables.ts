@@ -16,6 +16,7 @@ export const outbox = sqliteTable(
     attempts: integer('attempts').notNull().default(0),
     lastError: text('last_error'),
     occurredAt: integer('occurred_at').notNull(),
+    /** When a retried row is due, in ms; a value that is no number is stored as 0, due now (trigger outbox_due_time_checked). */
     availableAt: integer('available_at').notNull(),
     sentAt: integer('sent_at'),
     /**
@@ -30,7 +31,7 @@ export const outbox = sqliteTable(
      * 1 when appendToOutbox validated the event and wrote the payload itself: the relay then checks only the payload's
      * envelope prefix against the columns (row-message.ts). 0 for any other row (a script, a restore, rows older than
      * the column), which is parsed and validated in full; the trigger outbox_payload_edited clears it when the payload
-     * or a column the check compares is changed.
+     * or a column the check compares is changed, outbox_row_restored_unmarked when a row is stored under a seq already given.
      */
     payloadValidated: integer('payload_validated').notNull().default(0),
   },

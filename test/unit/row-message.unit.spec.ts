@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { registryOf } from '../../src/compose/define-modules.ts';
 import { UnknownEventTypeError } from '../../src/events/registry.ts';
-import { canonicalFields, headerFieldsOf } from '../../src/outbox/row-message.ts';
+import { canonicalFields, headerFieldsOf, sameEvent } from '../../src/outbox/row-message.ts';
 import { openedEvent } from '../support/accounts.ts';
 import { fixtureModules } from '../support/fixture/modules.ts';
 import { storedRow } from '../support/stored-row.ts';
@@ -102,5 +102,27 @@ describe('relay row check - the envelope prefix instead of a full parse', () => 
     const row = storedRow(event, { aggregate_id: id, payload: JSON.stringify({ ...valid, aggregateId: id }) });
     expect(canonicalFields(row)).toBeUndefined();
     expect(() => headerFieldsOf(row, registry)).toThrow();
+  });
+});
+
+describe("relay duplicate check - whether the message a stream holds under a row's id is the row's event", () => {
+  const bytes = (text: string) => new TextEncoder().encode(text);
+
+  it('takes the same bytes, and the same event in other JSON (keys in another order, spacing), as the same event', () => {
+    const event = registry.parse(openedEvent());
+    const own = bytes(JSON.stringify(event));
+    const { data, ...envelope } = event;
+    expect(sameEvent(own, own, registry)).toBe(true);
+    expect(sameEvent(bytes(JSON.stringify({ data, ...envelope }, null, 2)), own, registry)).toBe(true);
+  });
+
+  it('takes another event under the same id, bytes that are no JSON and JSON of no registered event as another message', () => {
+    const event = registry.parse(openedEvent());
+    const own = bytes(JSON.stringify(event));
+    expect(sameEvent(bytes(JSON.stringify({ ...event, aggregateVersion: 2 })), own, registry)).toBe(false);
+    expect(sameEvent(bytes(JSON.stringify({ ...event, data: { ...(event.data as object), owner: 'someone else' } })), own, registry)).toBe(false);
+    expect(sameEvent(bytes('not json'), own, registry)).toBe(false);
+    expect(sameEvent(bytes(JSON.stringify({ ...event, type: 'unknown.v1' })), own, registry)).toBe(false);
+    expect(sameEvent(new Uint8Array([0xff, 0xfe]), own, registry)).toBe(false);
   });
 });
