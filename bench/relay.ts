@@ -5,6 +5,11 @@
 // and nats-server); plus spawn → first publish of a relay started on the backlog, and backlog committed → first
 // publish of a running one. --rounds R reports the median drain.
 //
+// npm run bench:relay -- --floor [--size 8192] — what bounds the relay on this machine (bench/relay-floor.ts): in one
+// process, raw js.publish against the relay's own publisher, relay passes without any mark-sent write, and with them.
+//   --rows N --rounds R  backlog rows (default 30 000) and alternating rounds (default 3), medians reported
+//   --profile            CPU profiles of the relay passes alone (bench/cpu-profile-top.ts lists their top frames)
+//
 // npm run bench:relay -- --in-process — (a) raw pipelined JetStream publish vs (b) the relay draining the same number of
 // outbox rows in the benchmark's own process; (c) commit → PubAck lag at a steady command rate.
 //   --messages N      rows for (a)/(b) (default 20 000)
@@ -34,6 +39,7 @@ import type { TestDb } from '../test/support/db.ts';
 import { orderBody } from '../test/support/example-orders.ts';
 import { relayDeps } from '../test/support/relay.ts';
 import { TEST_STREAM } from '../test/support/stream.ts';
+import { benchRelayFloor } from './relay-floor.ts';
 import { benchRelayProcesses } from './relay-processes.ts';
 import { createServiceDb, numberArg, percentile, round, saveResult, startNats } from './support.ts';
 import { stringArg } from './variants/launch.ts';
@@ -246,6 +252,13 @@ if (RELAYS) {
     rounds: numberArg('rounds', 1),
     profile: process.argv.includes('--profile'),
     fill: fillOutbox,
+  });
+} else if (process.argv.includes('--floor')) {
+  await benchRelayFloor({
+    rows: numberArg('rows', 30_000),
+    rounds: numberArg('rounds', 3),
+    fill: (t, n) => fillOutbox(t, n, numberArg('size', 0) || undefined),
+    profile: process.argv.includes('--profile'),
   });
 } else if (process.argv.includes('--in-process')) await main();
 else {
