@@ -1,13 +1,33 @@
 -- Rows a script, a restore or an operator wrote or edited by hand, made safe for the relay.
 --
+-- "The highest seq ever given" is sqlite_sequence's row for the outbox (AUTOINCREMENT). A fresh database gets that row
+-- only with its first outbox row, and a repair script or a copy can lose it: it is created here, and a trigger that
+-- finds none (deleted since) cannot tell a restored row from a new one, so it takes every row for a restored one.
+INSERT INTO sqlite_sequence (name, seq)
+SELECT 'outbox', coalesce((SELECT max(seq) FROM outbox), 0)
+WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'outbox');
+--> statement-breakpoint
 -- A row stored again under a seq already given (REPLACE INTO, or a repair script's DELETE and INSERT) was not written
 -- by appendToOutbox, which always takes a new seq above the highest given: the payload_validated mark it copied with
 -- the other columns is cleared, so the relay parses and validates its payload in full (outbox_payload_edited, an
 -- UPDATE trigger, never sees a REPLACE).
 CREATE TRIGGER `outbox_row_restored_unmarked` AFTER INSERT ON `outbox`
-WHEN NEW.`payload_validated` != 0 AND NEW.`seq` <= (SELECT `seq` FROM `sqlite_sequence` WHERE `name` = 'outbox')
+WHEN NEW.`payload_validated` != 0 AND NEW.`seq` <= coalesce((SELECT `seq` FROM `sqlite_sequence` WHERE `name` = 'outbox'), NEW.`seq`)
 BEGIN
   UPDATE `outbox` SET `payload_validated` = 0 WHERE `seq` = NEW.`seq`;
+END;
+--> statement-breakpoint
+-- outbox_row_placed (0007) again, with the same fallback: a row stored while sqlite_sequence has no outbox row is
+-- placed by the relay.
+DROP TRIGGER IF EXISTS `outbox_row_placed`;
+--> statement-breakpoint
+CREATE TRIGGER `outbox_row_placed` AFTER INSERT ON `outbox`
+WHEN NEW.`aggregate_hash` IS NOT NULL AND NEW.`status` != 'sent' AND (
+  NEW.`payload_validated` IS NOT 1
+  OR NEW.`seq` <= coalesce((SELECT `seq` FROM `sqlite_sequence` WHERE `name` = 'outbox'), NEW.`seq`)
+  OR NEW.`partition` IS NOT NEW.`aggregate_hash` % (SELECT `count` FROM `outbox_partitions` WHERE `id` = 1))
+BEGIN
+  UPDATE `outbox` SET `aggregate_hash` = NULL WHERE `seq` = NEW.`seq`;
 END;
 --> statement-breakpoint
 -- A row parked by hand (status 'failed' with no attempt counted) counts one attempt, as every row the relay parks

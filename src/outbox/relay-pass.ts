@@ -101,13 +101,13 @@ export type RelayPassOptions = {
    */
   isLeased?: (partition: number) => boolean;
   /**
-   * The body the stream holds at a sequence (null when it holds none any more). A PubAck saying `duplicate` names the
-   * message stored earlier under the row's id; the row is marked sent only when that message is the row's event (the same
-   * bytes, or JSON the registry parses to the same event: see sameEvent),
-   * else it failed (an id reused for another event would otherwise be marked sent and never reach anyone). Without
-   * it, a duplicate is taken as the broker says.
+   * The message the stream holds at a sequence, its subject and body (null when it holds none any more). A PubAck saying
+   * `duplicate` names the message stored earlier under the row's id; the row is marked sent only when that message is
+   * the row's event on the row's subject (the same bytes, or JSON the registry parses to the same event: see sameEvent),
+   * else it failed: an id reused for another event, or the event stored on a subject its subscribers do not read,
+   * would otherwise be marked sent and never reach anyone. Without it, a duplicate is taken as the broker says.
    */
-  storedBody?: (seq: number) => Promise<Uint8Array | null>;
+  storedMessage?: (seq: number) => Promise<{ subject: string; data: Uint8Array } | null>;
 };
 
 type Prepared = { data: Uint8Array; headers: MsgHdrs };
@@ -115,6 +115,10 @@ type Prepared = { data: Uint8Array; headers: MsgHdrs };
 /** Why a row whose id the stream already holds for another body is not marked sent. */
 const anotherMessage = (id: string, seq: number) =>
   `the stream already holds another message under Nats-Msg-Id ${id} (stream sequence ${seq}): an event id was used twice`;
+
+/** Why a row whose event the stream already holds on another subject is not marked sent. */
+const anotherSubject = (id: string, seq: number, stored: string, own: string) =>
+  `the stream already holds this event under Nats-Msg-Id ${id} on subject ${stored} (stream sequence ${seq}), not on ${own} where its subscribers read it: publish it there, or under another id`;
 
 /** Why a row whose attempts column holds no usable count is parked (see FETCH_PENDING_SQL). */
 const UNCOUNTED =
@@ -310,13 +314,17 @@ export async function relayPass(deps: RelayPassDeps, publisher: AckPublisher, op
           settled(key);
         }
       };
-      const { storedBody } = options;
+      const { storedMessage } = options;
       const done: AckCallback = (error, ack) => {
-        if (!ack?.duplicate || !storedBody) return finish(error, ack);
+        if (!ack?.duplicate || !storedMessage) return finish(error, ack);
         // the row's aggregate stays in flight (its later rows wait) until the stored message is compared with it
-        storedBody(ack.seq).then(
-          (body) =>
-            body === null || sameEvent(body, row.payload, deps.registry) ? finish(undefined, ack) : finish(new Error(anotherMessage(row.id, ack.seq))),
+        storedMessage(ack.seq).then(
+          (stored) => {
+            if (stored === null) return finish(undefined, ack);
+            if (!sameEvent(stored.data, row.payload, deps.registry)) return finish(new Error(anotherMessage(row.id, ack.seq)));
+            if (stored.subject !== subject) return finish(new Error(anotherSubject(row.id, ack.seq, stored.subject, subject)));
+            finish(undefined, ack);
+          },
           (lookupError: unknown) => finish(lookupError),
         );
       };

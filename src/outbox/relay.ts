@@ -12,7 +12,7 @@ import { createStopControl, type StopOptions } from '../worker/stop-control.ts';
 import { createLeaseKeeper, type LeaseKeeper, type LeaseSnapshot } from '../leases/lease-keeper.ts';
 import { applyPartitionCount, PartitionCountChangeError, readPartitionCount } from './outbox-partitions.ts';
 import { RELAY_LEASE_SCOPE, type Floor } from './relay-store.ts';
-import { relayPass, type RelayPassDeps } from './relay-pass.ts';
+import { relayPass, type RelayPassDeps, type RelayPassOptions } from './relay-pass.ts';
 
 /** Batches a pass may fetch after its first while draining a backlog (see RelayPassOptions.continuations). */
 const CONTINUATIONS = 3;
@@ -132,8 +132,8 @@ export function createRelay(deps: RelayDeps): Relay {
       let publisher: AckPublisher | undefined;
       /** False until the stream is known to exist on this connection; set again after a broker error. */
       let streamReady = false;
-      /** Reads the stream's message at a sequence on the current connection (see RelayPassOptions.storedBody). */
-      let storedBody: ((seq: number) => Promise<Uint8Array | null>) | undefined;
+      /** Reads the stream's message at a sequence on the current connection (see RelayPassOptions.storedMessage). */
+      let storedMessage: RelayPassOptions['storedMessage'];
       /** The broker refused such a read for lack of permission (said once in the log). */
       let lookupRefused = false;
       const giveUpOnBroker = () => {
@@ -214,9 +214,10 @@ export function createRelay(deps: RelayDeps): Relay {
             if (!streamReady) {
               const jsm = await jetstreamManager(nc, { timeout: deps.settings.publishTimeoutMs });
               await ensureStream(jsm, deps.stream, deps.log);
-              storedBody = async (seq) => {
+              storedMessage = async (seq) => {
                 try {
-                  return (await jsm.streams.getMessage(deps.stream.name, { seq }))?.data ?? null;
+                  const stored = await jsm.streams.getMessage(deps.stream.name, { seq });
+                  return stored ? { subject: stored.subject, data: stored.data } : null;
                 } catch (error) {
                   if (!isPermissionViolation(error)) throw error;
                   // a broker that will not show its messages cannot have them compared: its duplicate is taken as it says
@@ -308,7 +309,7 @@ export function createRelay(deps: RelayDeps): Relay {
               deferMark: true,
               lease: { owner: deps.lease.owner, epochs: active },
               isLeased: (partition) => held.active().get(partition) === active.get(partition),
-              ...(storedBody ? { storedBody } : {}),
+              ...(storedMessage ? { storedMessage } : {}),
             });
           } catch (error) {
             const previous = marking;

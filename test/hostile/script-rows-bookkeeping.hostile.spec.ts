@@ -83,6 +83,18 @@ describe('relay - a retried row whose available_at a script set to a date text',
 });
 
 describe('outbox rows written by hand - what the triggers of migration outbox_script_edits keep', () => {
+  it('the rows appendToOutbox stores in a fresh database, the first ones included, keep their mark and their partition hash', async () => {
+    await using t = await createTestDb();
+    expect((await t.client.execute("SELECT seq FROM sqlite_sequence WHERE name = 'outbox'")).rows[0]?.seq).toBe(0);
+    await accountCommands(t.deps).openMany(3);
+    const rows = (await t.client.execute('SELECT payload_validated AS mark, aggregate_hash IS NOT NULL AS hashed FROM outbox ORDER BY seq')).rows;
+    expect(rows.map((r) => [r.mark, r.hashed])).toEqual([
+      [1, 1],
+      [1, 1],
+      [1, 1],
+    ]);
+  });
+
   it('a row inserted as parked with no attempt counts one, and a due time that is no number is stored as due now', async () => {
     await using t = await createTestDb();
     const accounts = accountCommands(t.deps);
