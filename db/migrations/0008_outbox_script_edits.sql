@@ -46,21 +46,22 @@ BEGIN
 END;
 --> statement-breakpoint
 -- available_at is a time in ms. A value that is no number (a date text such as datetime('now'), which the INTEGER
--- column keeps as text and SQLite sorts above every number) would never come due: the row would stay pending, never
--- parked, and hold its aggregate's later rows for good. Such a value means "due now" (0).
+-- column keeps as text and SQLite sorts above every number) or no time (beyond the range of a JavaScript Date) would
+-- never come due: the row would stay pending, never parked, and hold its aggregate's later rows for good. Such a value
+-- means "due now" (0).
 CREATE TRIGGER `outbox_due_time_checked` AFTER UPDATE OF `available_at` ON `outbox`
-WHEN typeof(NEW.`available_at`) NOT IN ('integer', 'real')
+WHEN typeof(NEW.`available_at`) NOT IN ('integer', 'real') OR abs(NEW.`available_at`) > 8640000000000000
 BEGIN
   UPDATE `outbox` SET `available_at` = 0 WHERE `seq` = NEW.`seq`;
 END;
 --> statement-breakpoint
 CREATE TRIGGER `outbox_due_time_checked_on_insert` AFTER INSERT ON `outbox`
-WHEN typeof(NEW.`available_at`) NOT IN ('integer', 'real')
+WHEN typeof(NEW.`available_at`) NOT IN ('integer', 'real') OR abs(NEW.`available_at`) > 8640000000000000
 BEGIN
   UPDATE `outbox` SET `available_at` = 0 WHERE `seq` = NEW.`seq`;
 END;
 --> statement-breakpoint
 -- Rows stored before these triggers.
-UPDATE `outbox` SET `available_at` = 0 WHERE typeof(`available_at`) NOT IN ('integer', 'real');
+UPDATE `outbox` SET `available_at` = 0 WHERE typeof(`available_at`) NOT IN ('integer', 'real') OR abs(`available_at`) > 8640000000000000;
 --> statement-breakpoint
 UPDATE `outbox` SET `attempts` = 1 WHERE `status` = 'failed' AND NOT (`attempts` > 0);

@@ -95,7 +95,7 @@ describe('outbox rows written by hand - what the triggers of migration outbox_sc
     ]);
   });
 
-  it('a row inserted as parked with no attempt counts one, and a due time that is no number is stored as due now', async () => {
+  it('a row inserted as parked with no attempt counts one, and a due time that is no number or no time is stored as due now', async () => {
     await using t = await createTestDb();
     const accounts = accountCommands(t.deps);
     const acc = await accounts.open('first');
@@ -108,6 +108,11 @@ describe('outbox rows written by hand - what the triggers of migration outbox_sc
     );
     const row = (await t.client.execute("SELECT attempts, typeof(available_at) AS t, available_at FROM outbox WHERE id LIKE 'restored-%'")).rows[0]!;
     expect({ attempts: row.attempts, t: row.t, availableAt: row.available_at }).toEqual({ attempts: 1, t: 'integer', availableAt: 0 });
+    // a number beyond any time is no time either; a time far ahead is one, and delays the retry as asked
+    await t.client.execute("UPDATE outbox SET available_at = 1e300 WHERE id LIKE 'restored-%'");
+    expect((await t.client.execute("SELECT available_at FROM outbox WHERE id LIKE 'restored-%'")).rows[0]!.available_at).toBe(0);
+    await t.client.execute("UPDATE outbox SET available_at = 32503680000000 WHERE id LIKE 'restored-%'");
+    expect((await t.client.execute("SELECT available_at FROM outbox WHERE id LIKE 'restored-%'")).rows[0]!.available_at).toBe(32503680000000);
   });
 
   it('rows of a database migrated from the release before are fixed by the migration: parked rows count an attempt, text due times become due now', async () => {
