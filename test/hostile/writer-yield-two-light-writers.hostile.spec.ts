@@ -50,7 +50,13 @@ async function lightBesideBusy(busyProcesses: number, lightProcesses: number) {
   return Promise.all(light.map((l) => l.run()));
 }
 
-describe('write lock fairness - two light processes waiting at once', () => {
+// The writes are timed against a busy budget on two cores shared with other test files: a neighbour that spawns a
+// burst of processes can hold this process's probe timers back past a yield or two. Without the yield (a regression),
+// writes fail on every attempt (15 % of them with two busy processes, a third with three); a write held back by a
+// neighbour does not repeat on retry.
+const FAIRNESS = { retry: 2 };
+
+describe('write lock fairness - two light processes waiting at once', FAIRNESS, () => {
   it('two processes writing every 300 ms each get each of 12 writes in within their 3 s busy budget while two others write back to back (100 writes queued each, 3 ms a write)', async () => {
     const results = await lightBesideBusy(2, 2);
     for (const r of results) expect(r.busy, `waits (ms): ${r.waits}`).toBe(0);
