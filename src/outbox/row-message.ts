@@ -80,6 +80,8 @@ export function headerFieldsOf(row: StoredEvent, registry: EventRegistry): Heade
 /** `value` as JSON with the keys of every object in sorted order: equal for equal values, whatever their key order. */
 function sortedJson(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(sortedJson).join(',')}]`;
+  // a value a schema made of the JSON (a Date) is compared as the JSON it writes
+  if (typeof value === 'object' && value !== null && typeof (value as { toJSON?: unknown }).toJSON === 'function') return JSON.stringify(value);
   if (typeof value === 'object' && value !== null) {
     const entries = Object.entries(value as Record<string, unknown>).filter(([, v]) => v !== undefined);
     entries.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));

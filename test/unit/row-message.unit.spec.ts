@@ -116,6 +116,13 @@ describe("relay duplicate check - whether the message a stream holds under a row
     expect(sameEvent(bytes(JSON.stringify({ data, ...envelope }, null, 2)), own, registry)).toBe(true);
   });
 
+  it('compares values a schema turns into objects (a Date) by the JSON they write', () => {
+    const dated = { parse: (e: unknown) => ({ ...(e as object), at: new Date((e as { at: string }).at) }) } as unknown as Parameters<typeof sameEvent>[2];
+    const a = bytes(JSON.stringify({ at: '2026-01-01T00:00:00.000Z' }));
+    expect(sameEvent(a, bytes(JSON.stringify({ at: '2026-01-01T00:00:00.000Z', x: undefined })), dated)).toBe(true);
+    expect(sameEvent(a, bytes(JSON.stringify({ at: '2027-01-01T00:00:00.000Z' })), dated)).toBe(false);
+  });
+
   it('takes another event under the same id, bytes that are no JSON and JSON of no registered event as another message', () => {
     const event = registry.parse(openedEvent());
     const own = bytes(JSON.stringify(event));
