@@ -48,20 +48,20 @@ END;
 -- available_at is a time in ms. A value that is no number (a date text such as datetime('now'), which the INTEGER
 -- column keeps as text and SQLite sorts above every number) or no time (beyond the range of a JavaScript Date) would
 -- never come due: the row would stay pending, never parked, and hold its aggregate's later rows for good. Such a value
--- means "due now" (0).
+-- means "due now" (0). (The range is compared as it is: abs() fails on the smallest 64-bit integer.)
 CREATE TRIGGER `outbox_due_time_checked` AFTER UPDATE OF `available_at` ON `outbox`
-WHEN typeof(NEW.`available_at`) NOT IN ('integer', 'real') OR abs(NEW.`available_at`) > 8640000000000000
+WHEN typeof(NEW.`available_at`) NOT IN ('integer', 'real') OR NEW.`available_at` NOT BETWEEN -8640000000000000 AND 8640000000000000
 BEGIN
   UPDATE `outbox` SET `available_at` = 0 WHERE `seq` = NEW.`seq`;
 END;
 --> statement-breakpoint
 CREATE TRIGGER `outbox_due_time_checked_on_insert` AFTER INSERT ON `outbox`
-WHEN typeof(NEW.`available_at`) NOT IN ('integer', 'real') OR abs(NEW.`available_at`) > 8640000000000000
+WHEN typeof(NEW.`available_at`) NOT IN ('integer', 'real') OR NEW.`available_at` NOT BETWEEN -8640000000000000 AND 8640000000000000
 BEGIN
   UPDATE `outbox` SET `available_at` = 0 WHERE `seq` = NEW.`seq`;
 END;
 --> statement-breakpoint
 -- Rows stored before these triggers.
-UPDATE `outbox` SET `available_at` = 0 WHERE typeof(`available_at`) NOT IN ('integer', 'real') OR abs(`available_at`) > 8640000000000000;
+UPDATE `outbox` SET `available_at` = 0 WHERE typeof(`available_at`) NOT IN ('integer', 'real') OR `available_at` NOT BETWEEN -8640000000000000 AND 8640000000000000;
 --> statement-breakpoint
 UPDATE `outbox` SET `attempts` = 1 WHERE `status` = 'failed' AND NOT (`attempts` > 0);

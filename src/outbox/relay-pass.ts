@@ -101,20 +101,38 @@ export type RelayPassOptions = {
    */
   isLeased?: (partition: number) => boolean;
   /**
-   * The message the stream holds at a sequence, its subject and body (null when it holds none any more). A PubAck saying
-   * `duplicate` names the message stored earlier under the row's id; the row is marked sent only when that message is
-   * the row's event on the row's subject (the same bytes, or JSON the registry parses to the same event: see sameEvent),
-   * else it failed: an id reused for another event, or the event stored on a subject its subscribers do not read,
-   * would otherwise be marked sent and never reach anyone. Without it, a duplicate is taken as the broker says.
+   * The message the stream holds at a sequence: its subject and body, `gone` when it holds none any more, or null when
+   * it cannot be read (the broker refuses the lookup). A PubAck saying `duplicate` names the message stored earlier
+   * under the row's id; the row is marked sent only when that message is the row's event (the same bytes, or JSON the
+   * registry parses to the same event: see sameEvent) on the row's subject or the same aggregate's subject under another
+   * partition token (an earlier partition count), else it failed: an id reused for another event, the event stored on a
+   * subject its subscribers do not read, or a message no longer there would otherwise be marked sent though no
+   * subscriber may have it. A message that cannot be read, or no lookup at all, leaves the duplicate as the broker says.
    */
-  storedMessage?: (seq: number) => Promise<{ subject: string; data: Uint8Array } | null>;
+  storedMessage?: (seq: number) => Promise<StoredMessage | 'gone' | null>;
 };
+
+/** A message the stream holds: where and what. */
+export type StoredMessage = { subject: string; data: Uint8Array };
 
 type Prepared = { data: Uint8Array; headers: MsgHdrs };
 
 /** Why a row whose id the stream already holds for another body is not marked sent. */
 const anotherMessage = (id: string, seq: number) =>
   `the stream already holds another message under Nats-Msg-Id ${id} (stream sequence ${seq}): an event id was used twice`;
+
+/** Why a row whose id the stream remembers for a message it no longer holds is not marked sent. */
+const goneMessage = (id: string, seq: number) =>
+  `the stream remembers Nats-Msg-Id ${id} for a message it no longer holds (stream sequence ${seq}), so nothing shows the event reached its subscribers: re-queued once the stream's duplicate window has passed, it is published anew`;
+
+/**
+ * Whether `stored` is the subject `own` of the same aggregate under another partition token: the relay's own publish
+ * under an earlier partition count, which subscribers read before they move to the new count.
+ */
+function sameAggregateSubject(stored: string, own: string): boolean {
+  const base = own.slice(0, own.lastIndexOf('.') + 1);
+  return stored.length > base.length && stored.startsWith(base) && /^[0-9]+$/.test(stored.slice(base.length));
+}
 
 /** Why a row whose event the stream already holds on another subject is not marked sent. */
 const anotherSubject = (id: string, seq: number, stored: string, own: string) =>
@@ -321,8 +339,10 @@ export async function relayPass(deps: RelayPassDeps, publisher: AckPublisher, op
         storedMessage(ack.seq).then(
           (stored) => {
             if (stored === null) return finish(undefined, ack);
+            if (stored === 'gone') return finish(new Error(goneMessage(row.id, ack.seq)));
             if (!sameEvent(stored.data, row.payload, deps.registry)) return finish(new Error(anotherMessage(row.id, ack.seq)));
-            if (stored.subject !== subject) return finish(new Error(anotherSubject(row.id, ack.seq, stored.subject, subject)));
+            if (stored.subject !== subject && !sameAggregateSubject(stored.subject, subject))
+              return finish(new Error(anotherSubject(row.id, ack.seq, stored.subject, subject)));
             finish(undefined, ack);
           },
           (lookupError: unknown) => finish(lookupError),

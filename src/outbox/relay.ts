@@ -217,7 +217,7 @@ export function createRelay(deps: RelayDeps): Relay {
               storedMessage = async (seq) => {
                 try {
                   const stored = await jsm.streams.getMessage(deps.stream.name, { seq });
-                  return stored ? { subject: stored.subject, data: stored.data } : null;
+                  return stored ? { subject: stored.subject, data: stored.data } : 'gone';
                 } catch (error) {
                   if (!isPermissionViolation(error)) throw error;
                   // a broker that will not show its messages cannot have them compared: its duplicate is taken as it says

@@ -18,6 +18,9 @@ import { useNats } from '../support/use-nats.ts';
 
 const nats = useNats();
 
+/** The smallest 64-bit integer: the one value SQLite's abs() cannot negate. */
+const INT64_MIN = '-9223372036854775808';
+
 describe('relay - a row parked by hand (status failed, attempts still 0)', () => {
   it('holds back the later events of its aggregate, which are published after it once it is re-queued', { timeout: 30_000 }, async () => {
     await using t = await createTestDb();
@@ -111,11 +114,14 @@ describe('outbox rows written by hand - what the triggers of migration outbox_sc
     // a number beyond any time is no time either; a time far ahead is one, and delays the retry as asked
     await t.client.execute("UPDATE outbox SET available_at = 1e300 WHERE id LIKE 'restored-%'");
     expect((await t.client.execute("SELECT available_at FROM outbox WHERE id LIKE 'restored-%'")).rows[0]!.available_at).toBe(0);
+    // the smallest 64-bit integer, which abs() cannot negate: stored as due now, the write does not fail
+    await t.client.execute(`UPDATE outbox SET available_at = ${INT64_MIN} WHERE id LIKE 'restored-%'`);
+    expect((await t.client.execute("SELECT available_at FROM outbox WHERE id LIKE 'restored-%'")).rows[0]!.available_at).toBe(0);
     await t.client.execute("UPDATE outbox SET available_at = 32503680000000 WHERE id LIKE 'restored-%'");
     expect((await t.client.execute("SELECT available_at FROM outbox WHERE id LIKE 'restored-%'")).rows[0]!.available_at).toBe(32503680000000);
   });
 
-  it('rows of a database migrated from the release before are fixed by the migration: parked rows count an attempt, text due times become due now', async () => {
+  it('rows of a database migrated from the release before are fixed by the migration: parked rows count an attempt, due times that are no number or no time become due now', async () => {
     using tmp = createTempDir();
     // the migrations up to the one before outbox_script_edits
     const { folder } = migrationsFolder(tmp.dir, []);
@@ -136,6 +142,7 @@ describe('outbox rows written by hand - what the triggers of migration outbox_sc
         });
       await insert('parked-by-hand', 'failed', 0, '0');
       await insert('due-as-text', 'pending', 1, "datetime('now')");
+      await insert('due-long-ago', 'pending', 1, INT64_MIN);
       expect((await client.execute("SELECT typeof(available_at) FROM outbox WHERE id = 'due-as-text'")).rows[0]![0]).toBe('text');
       writeFileSync(journalPath, full);
       await migrateDatabase(client, folder);
@@ -148,6 +155,7 @@ describe('outbox rows written by hand - what the triggers of migration outbox_sc
       expect(rows).toEqual([
         { id: 'parked-by-hand', attempts: 1, t: 'integer', availableAt: 0 },
         { id: 'due-as-text', attempts: 1, t: 'integer', availableAt: 0 },
+        { id: 'due-long-ago', attempts: 1, t: 'integer', availableAt: 0 },
       ]);
     } finally {
       client.close();
