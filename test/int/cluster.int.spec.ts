@@ -98,6 +98,14 @@ function outOfAggregateOrder(rows: Array<{ seq: number; id: string; aggregateId:
 /** Milliseconds since `start` (performance.now()). */
 const since = (start: number) => Math.round(performance.now() - start);
 
+/** A worker's log lines above debug, with their fields, oldest first: what a failure message shows. */
+const story = (lines: LogLine[]) =>
+  lines
+    .filter((l) => l.level !== 'debug')
+    .slice(-40)
+    .map((l) => `[${l.level}] ${l.msg} ${JSON.stringify(l.fields ?? {})}`)
+    .join(' / ');
+
 describe('JetStream cluster - a replicated stream', () => {
   it('creates the stream with STREAM_REPLICAS=3 replicas, one on each node', async () => {
     const settings = streamSettingsFrom(parseConfig({ STREAM_REPLICAS: '3', NATS_STREAM: `REPL_${process.pid}`, EVENTS_SUBJECT_PREFIX: `repl${process.pid}` }));
@@ -128,10 +136,11 @@ describe('JetStream cluster - a replicated stream', () => {
     expect(quiet.lines).toEqual([]);
   });
 
-  // The timeout only guards against a hang: two elections took 10–18 s each on a loaded two-core machine, and the run
-  // reached its last checks after ≈ 90 s in the template tier, where a copy of the suite runs beside other tests.
+  // The timeouts only guard against a hang: two elections took 10–18 s each on a loaded two-core machine, publishing
+  // resumed 20 s after a kill beside other test files, and the run reached its last checks after ≈ 90 s in the
+  // template tier, where a copy of the suite runs beside other tests.
   it('publishes every event once and applies it once, in per-aggregate order, while the stream leader and then another node are SIGKILLed and restarted under load', {
-    timeout: 180_000,
+    timeout: 300_000,
   }, async () => {
     const c = nats();
     await using t = await createTestDb();
@@ -188,9 +197,13 @@ describe('JetStream cluster - a replicated stream', () => {
       await c.kill(victim);
       const leader = await c.streamLeader(stream.name, 30_000);
       const electionMs = since(start);
-      await eventually(() => sentAbove(seq), { timeoutMs: 30_000, everyMs: 20, what: 'an event committed after the kill to be published' });
+      await eventually(() => sentAbove(seq), { timeoutMs: 60_000, everyMs: 20, what: 'an event committed after the kill to be published' });
       const publishResumedMs = since(start);
-      await eventually(() => appliedAbove(seq), { timeoutMs: 30_000, everyMs: 20, what: 'an event committed after the kill to be applied' });
+      await eventually(() => appliedAbove(seq), { timeoutMs: 60_000, everyMs: 20, what: 'an event committed after the kill to be applied' }).catch(
+        (error: unknown) => {
+          throw new Error(`${String(error)}; the subscriber's log: ${story(runnerLog.lines)}`);
+        },
+      );
       return { victim, newLeader: leader, electionMs, publishResumedMs, appliedResumedMs: since(start) };
     };
 
@@ -213,10 +226,10 @@ describe('JetStream cluster - a replicated stream', () => {
 
     const committed = await maxSeq();
     await eventually(async () => (await countRows(t.client, 'outbox', "status = 'sent'")) === committed, {
-      timeoutMs: 30_000,
+      timeoutMs: 60_000,
       what: 'the relay to drain the outbox',
     });
-    await eventually(async () => (await countRows(sdb.client, 'audit_log')) >= committed, { timeoutMs: 30_000, what: 'the subscriber to catch up' });
+    await eventually(async () => (await countRows(sdb.client, 'audit_log')) >= committed, { timeoutMs: 60_000, what: 'the subscriber to catch up' });
     stop.abort();
     const [relayed, consumed] = await Promise.all([relaying, consuming]);
 
@@ -262,7 +275,7 @@ describe('JetStream cluster - a replicated stream', () => {
     expect(consumed).toMatchObject({ processed: rows.length, deadLettered: 0 });
     // Deliveries lost with a killed node come back only after ack_wait: the runner holds the later events of their
     // aggregates until then (createMissingDeliveries).
-    expect(effectDisorder, 'events applied after a later event of their aggregate').toEqual([]);
+    expect(effectDisorder, `events applied after a later event of their aggregate; the subscriber's log: ${story(runnerLog.lines)}`).toEqual([]);
   });
 
   it('refuses to start a relay with STREAM_REPLICAS=3 on a server that is not clustered', async () => {
