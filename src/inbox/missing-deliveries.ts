@@ -1,5 +1,6 @@
 import type { ConsumerInfo } from '@nats-io/jetstream';
 import type { Logger } from '../logger.ts';
+import { isPermissionViolation } from '../nats/permission-violation.ts';
 import { createAwaitedMessages } from './awaited-messages.ts';
 import { describeError } from './handle-once.ts';
 import { aggregateOf, type InboxMessage } from './inbox-message.ts';
@@ -8,7 +9,10 @@ import type { RangeEntry } from './stream-range.ts';
 /** How many times a run asks the consumer before a wait that ran out goes on, and how far apart. */
 const CONFIRM_ASKS = 3;
 const CONFIRM_SPACING_MS = 250;
-/** How many more waits a message gets while the broker holds messages unacknowledged outside the run. */
+/**
+ * How many more waits a message gets while the broker holds messages unacknowledged outside the run, and a check
+ * while the broker cannot answer it.
+ */
 export const MAX_WAIT_EXTENSIONS = 3;
 
 /** What the guard asks of the run and of the broker. */
@@ -88,16 +92,18 @@ export type MissingDeliveries = {
  * never reached the run starts a new check (the redelivery may be lost too); messages unacknowledged at the broker
  * beyond those the run holds (another puller holds them, or an old one kept them alive) mean the awaited message
  * may still come, and the wait goes on (logged), up to MAX_WAIT_EXTENSIONS times; otherwise the broker will not
- * deliver it again (someone acknowledged it) and it is given up on (logged). A check that cannot read the stream
- * is given up on after `giveUpMs`.
+ * deliver it again (someone acknowledged it) and it is given up on (logged). A check the broker refuses (no
+ * permission to create consumers on the stream) is given up on after `giveUpMs`; one the broker cannot answer (an
+ * election, no meta leader, a timeout) holds on for up to MAX_WAIT_EXTENSIONS more waits.
  */
 export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDeliveries {
   const awaited = createAwaitedMessages();
   /**
    * The check under way: it may find missing only messages above `from`; it holds them back until `deadline`
-   * (pulling time); `seen` are deliveries since it began; `again` asks for one more pass.
+   * (pulling time) and while `reading`; `seen` are deliveries since it began; `again` asks for one more pass;
+   * `extensions` counts the waits added because the broker could not answer it.
    */
-  let check: { from: number; deadline: number; seen: Set<number>; again: boolean } | undefined;
+  let check: { from: number; deadline: number; seen: Set<number>; again: boolean; extensions: number; reading: boolean } | undefined;
   let lastDelivery: number | undefined;
   /** Deliveries this run received, and the consumer's delivery count with that total when a check last ended. */
   let received = 0;
@@ -204,7 +210,8 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
       deps.changed();
     });
   };
-  const holding = () => check !== undefined && clock() < check.deadline;
+  /** Whether the check under way holds writes back: until its deadline, and while it reads (its answer is not in). */
+  const holding = () => check !== undefined && (clock() < check.deadline || check.reading);
 
   const pause = (ms: number) =>
     new Promise<void>((resolve) => {
@@ -248,7 +255,10 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
     let failures = 0;
     while (!deps.signal.aborted) {
       try {
-        const found = await lacking(c);
+        c.reading = true;
+        const found = await lacking(c).finally(() => {
+          c.reading = false;
+        });
         if (found === undefined) {
           deps.log.warn(
             'consumer: too many messages to check one by one since the oldest unacknowledged one; writing nothing newer until they are delivered again',
@@ -278,15 +288,27 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
           });
         break;
       } catch (error) {
+        const refused = isPermissionViolation(error);
         if (failures++ === 0)
           deps.log.warn(
-            'consumer: could not check for deliveries that never arrived (it needs to create consumers on the stream); writing nothing newer until it can',
-            {
-              consumer: deps.consumer,
-              error: describeError(error),
-            },
+            refused
+              ? 'consumer: may not check for deliveries that never arrived (it needs to create consumers on the stream); writing nothing newer until the wait runs out'
+              : 'consumer: could not check for deliveries that never arrived (the broker did not answer); writing nothing newer until it can',
+            { consumer: deps.consumer, error: describeError(error) },
           );
-        if (!holding()) break;
+        if (clock() >= c.deadline) {
+          // A broker that cannot answer for now (an election, a lost meta leader) may have lost a delivery in the
+          // same event: the check waits on for it, MAX_WAIT_EXTENSIONS more waits at most. A refusal will not change.
+          if (refused || c.extensions >= MAX_WAIT_EXTENSIONS) break;
+          c.extensions++;
+          c.deadline = clock() + deps.giveUpMs;
+          deps.log.warn('consumer: still cannot check for deliveries that never arrived; writing nothing newer for one more wait', {
+            consumer: deps.consumer,
+            wait: c.extensions + 1,
+            of: MAX_WAIT_EXTENSIONS + 1,
+            error: describeError(error),
+          });
+        }
         await pause(Math.min(1000, Math.max(1, c.deadline - clock())));
       }
     }
@@ -302,7 +324,7 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
       check.again = true;
       return;
     }
-    const c = { from, deadline: clock() + deps.giveUpMs, seen: new Set<number>(), again: false };
+    const c = { from, deadline: clock() + deps.giveUpMs, seen: new Set<number>(), again: false, extensions: 0, reading: false };
     check = c;
     void run(c);
   };

@@ -13,6 +13,7 @@ import { createLeaseKeeper, type LeaseKeeper, type LeaseSnapshot } from '../leas
 import { applyPartitionCount, PartitionCountChangeError, readPartitionCount } from './outbox-partitions.ts';
 import { RELAY_LEASE_SCOPE, type Floor } from './relay-store.ts';
 import { relayPass, type RelayPassDeps, type RelayPassOptions } from './relay-pass.ts';
+import { isPermissionViolation } from '../nats/permission-violation.ts';
 
 /** Batches a pass may fetch after its first while draining a backlog (see RelayPassOptions.continuations). */
 const CONTINUATIONS = 3;
@@ -28,15 +29,6 @@ const STOP_BROKER_WAIT_MS = 2000;
 /** What the relay logs once when its user may not read the stream's messages to compare a duplicate with its row. */
 const LOOKUP_REFUSED = (stream: string) =>
   `relay: the broker refuses $JS.API.STREAM.MSG.GET.${stream} to this user, so a PubAck saying duplicate is taken as it says and an event id used twice goes unnoticed; grant it (docs/production.md)`;
-
-/** True for the broker's refusal of a subject this connection's user may not use. */
-function isPermissionViolation(error: unknown): boolean {
-  for (let e = error, depth = 0; typeof e === 'object' && e !== null && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
-    const { name, message } = e as { name?: unknown; message?: unknown };
-    if (name === 'PermissionViolationError' || (typeof message === 'string' && /permissions violation/i.test(message))) return true;
-  }
-  return false;
-}
 
 /** No floor: the next pass reads from the oldest pending row. */
 const NO_FLOOR: Floor = { seq: 0, epoch: null };

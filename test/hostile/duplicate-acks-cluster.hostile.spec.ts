@@ -4,7 +4,7 @@
 // Real libSQL file, a private three-node nats-server cluster (never the shared server).
 import { jetstream } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { openedEvent } from '../support/accounts.ts';
 import { natsConnectionOptions } from '../../src/nats/connect.ts';
 import { eventSubject } from '../../src/nats/stream-settings.ts';
@@ -12,21 +12,15 @@ import { appendToOutbox } from '../../src/outbox/append-to-outbox.ts';
 import { createRelay } from '../../src/outbox/relay.ts';
 import { countRows, createTestDb } from '../support/db.ts';
 import { eventually } from '../support/eventually.ts';
-import { startNatsCluster, type NatsCluster } from '../support/nats-cluster.ts';
+import { useNatsCluster } from '../support/use-nats-cluster.ts';
 import { relayDeps } from '../support/relay.ts';
 import { createStream, ownStream } from '../support/stream.ts';
 
-let cluster: NatsCluster | undefined;
-beforeAll(async () => {
-  cluster = await startNatsCluster();
-}, 60_000);
-afterAll(async () => {
-  await cluster?.[Symbol.asyncDispose]();
-});
+const nats = useNatsCluster();
 
 describe('relay - duplicate verification while the stream leader changes', () => {
   it('marks every re-published row sent, parks none and stores nothing twice, while the leader is SIGKILLed and restarted', { timeout: 120_000 }, async () => {
-    const c = cluster!;
+    const c = nats();
     await using t = await createTestDb();
     const stream = ownStream('DUPLEADER', { replicas: 3 });
     await createStream(c.nc, stream);

@@ -1,6 +1,6 @@
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config.ts';
 import type { Logger } from '../../src/logger.ts';
 import { natsConnectionOptions } from '../../src/nats/connect.ts';
@@ -12,7 +12,7 @@ import { createSubscriberDb, testRunner } from '../support/consumer.ts';
 import { countRows, createTestDb, type TestDb } from '../support/db.ts';
 import { eventually } from '../support/eventually.ts';
 import { audit } from '../support/fixture/subscribers/audit/subscriber.ts';
-import { startNatsCluster, type NatsCluster } from '../support/nats-cluster.ts';
+import { useNatsCluster } from '../support/use-nats-cluster.ts';
 import { startNats } from '../support/nats.ts';
 import { relayDeps } from '../support/relay.ts';
 import { ownStream } from '../support/stream.ts';
@@ -20,18 +20,7 @@ import { ownStream } from '../support/stream.ts';
 // A three-node JetStream cluster of local nats-server processes, the stream replicated three times. The relay and the
 // subscriber run in process, connected to all three nodes (NATS_URL with three servers).
 
-let cluster: NatsCluster | undefined;
-beforeAll(async () => {
-  cluster = await startNatsCluster();
-});
-afterAll(async () => {
-  await cluster?.[Symbol.asyncDispose]();
-  cluster = undefined;
-});
-const nats = () => {
-  if (!cluster) throw new Error('the cluster runs only inside the tests of this file');
-  return cluster;
-};
+const nats = useNatsCluster();
 
 /** What a process connects with: every node of the cluster, the service's reconnect settings. */
 const clusterConnect = (name: string) => () => connect(natsConnectionOptions({ servers: nats().urls.split(','), name }));
