@@ -283,8 +283,8 @@ describe('relay - several relays on one database', () => {
     stop.abort();
     const [sa, sb] = await Promise.all(runs);
     expect(await countRows(t.client, 'outbox', 'attempts > 0')).toBe(0);
-    // The summaries count completed passes: a pass whose marks did not commit (the other relay held the write lock
-    // past the busy timeout) is left out, and its rows come back as duplicates. The stream below is the count.
+    // The summaries count completed passes (RelayRunSummary): a pass whose marks did not commit is left out, and its
+    // rows come back as duplicates. The stream below is the count.
     expect(sa!.published + sb!.published).toBeLessThanOrEqual(ids.length);
     expect(sa!.published + sb!.published + sa!.duplicates + sb!.duplicates).toBeGreaterThanOrEqual(ids.length);
     expect(sa!.published).toBeGreaterThan(0);
