@@ -100,10 +100,11 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
   const awaited = createAwaitedMessages();
   /**
    * The check under way: it may find missing only messages above `from`; it holds them back until `deadline`
-   * (pulling time) and while `reading`; `seen` are deliveries since it began; `again` asks for one more pass;
-   * `extensions` counts the waits added because the broker could not answer it.
+   * (pulling time), while `reading`, and while `retrying` after the broker could not answer (`extensions` counts the
+   * waits that added); `seen` are deliveries since it began; `again` asks for one more pass (a delivery went missing
+   * meanwhile).
    */
-  let check: { from: number; deadline: number; seen: Set<number>; again: boolean; extensions: number; reading: boolean } | undefined;
+  let check: { from: number; deadline: number; seen: Set<number>; again: boolean; extensions: number; reading: boolean; retrying: boolean } | undefined;
   let lastDelivery: number | undefined;
   /** Deliveries this run received, and the consumer's delivery count with that total when a check last ended. */
   let received = 0;
@@ -211,7 +212,7 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
     });
   };
   /** Whether the check under way holds writes back: until its deadline, and while it reads (its answer is not in). */
-  const holding = () => check !== undefined && (clock() < check.deadline || check.reading);
+  const holding = () => check !== undefined && (clock() < check.deadline || check.reading || check.retrying);
 
   const pause = (ms: number) =>
     new Promise<void>((resolve) => {
@@ -259,6 +260,7 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
         const found = await lacking(c).finally(() => {
           c.reading = false;
         });
+        c.retrying = false;
         if (found === undefined) {
           deps.log.warn(
             'consumer: too many messages to check one by one since the oldest unacknowledged one; writing nothing newer until they are delivered again',
@@ -270,7 +272,7 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
           while (!deps.signal.aborted && holding()) await pause(Math.min(1000, Math.max(1, c.deadline - clock())));
           break;
         }
-        if (c.again && holding()) {
+        if (c.again) {
           c.again = false;
           continue;
         }
@@ -296,10 +298,12 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
               : 'consumer: could not check for deliveries that never arrived (the broker did not answer); writing nothing newer until it can',
             { consumer: deps.consumer, error: describeError(error) },
           );
+        // A broker that cannot answer for now (an election, a lost meta leader) may have lost a delivery in the same
+        // event: the check waits on for it, MAX_WAIT_EXTENSIONS more waits at most, holding on between its tries. A
+        // refusal will not change: it holds until the deadline.
+        c.retrying = !refused && c.extensions < MAX_WAIT_EXTENSIONS;
         if (clock() >= c.deadline) {
-          // A broker that cannot answer for now (an election, a lost meta leader) may have lost a delivery in the
-          // same event: the check waits on for it, MAX_WAIT_EXTENSIONS more waits at most. A refusal will not change.
-          if (refused || c.extensions >= MAX_WAIT_EXTENSIONS) break;
+          if (!c.retrying) break;
           c.extensions++;
           c.deadline = clock() + deps.giveUpMs;
           deps.log.warn('consumer: still cannot check for deliveries that never arrived; writing nothing newer for one more wait', {
@@ -320,11 +324,13 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
     // a delivery lost now may be the redelivery of one already awaited: look at those again, and wait on for them
     const from = Math.min(deps.highestReceived(), (awaited.lowest() ?? Number.POSITIVE_INFINITY) - 1);
     if (check) {
+      // the delivery lost now gets a wait of its own, whatever is left of the check's
       check.from = Math.min(check.from, from);
       check.again = true;
+      check.deadline = Math.max(check.deadline, clock() + deps.giveUpMs);
       return;
     }
-    const c = { from, deadline: clock() + deps.giveUpMs, seen: new Set<number>(), again: false, extensions: 0, reading: false };
+    const c = { from, deadline: clock() + deps.giveUpMs, seen: new Set<number>(), again: false, extensions: 0, reading: false, retrying: false };
     check = c;
     void run(c);
   };
