@@ -252,10 +252,11 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
         for (;;) {
           if (stop.signal.aborted) return 0;
           const now = Date.now();
-          // While messages are awaited, keep pulling: they only come back through pulls, even with max_ack_pending reached.
+          // While messages are awaited or a check holds writes back, keep pulling, even with max_ack_pending reached:
+          // a missing message only comes back through a pull, and their waits run down only while one is out.
           missing.expire();
           const waiting = missing.checking() || missing.awaited() > 0;
-          const space = Math.max(pull.consumer.maxAckPending - held.size(), waiting ? missing.awaited() : 0);
+          const space = Math.max(pull.consumer.maxAckPending - held.size(), waiting ? Math.max(1, missing.awaited()) : 0);
           const allowed = options.lease?.mayPull() ?? true;
           if (allowed && writes.state() === 'ok' && space > 0 && (waiting || held.ready(now, blocked) < batch)) return Math.min(batch, space);
           await roomFreed.wait(allowed ? 1000 : 20, stop.signal);

@@ -12,7 +12,7 @@ import { eventually } from '../support/eventually.ts';
 import { NATS_SERVER_BIN, waitForInfo } from '../support/nats.ts';
 import { freePort } from '../support/process.ts';
 import { freshStream, publishEvents } from '../support/stream.ts';
-import { appliedEvents, eventIds, recorder, recordingDb } from '../support/recording-subscriber.ts';
+import { appliedEvents, eventIds, logLines, publishTogether, recorder, recordingDb } from '../support/recording-subscriber.ts';
 
 // A subscriber whose NATS user may create and use its durable but not ephemeral consumers (least privilege written
 // per consumer: `$JS.API.CONSUMER.CREATE.<stream>.<durable>.>` allowed, `$JS.API.CONSUMER.CREATE.<stream>` not): it
@@ -154,4 +154,69 @@ describe('lost deliveries - a subscriber that may not create ephemeral consumers
       await thief.close();
     }
   });
+
+  // A run restarting after a crash with one message unacknowledged (c1, held by the run that died) and a backlog
+  // beyond max_ack_pending behind it (1200 events; max_ack_pending is max(1000, 4 × batch) = 1024 with the default
+  // batch): it holds max_ack_pending messages, every one held back by the refused check, whose wait runs down only
+  // while a pull request is out. A run that pulled only for awaited messages stopped pulling there, the wait never
+  // ran out, and nothing was ever written on a healthy broker.
+  it('applies the backlog after a crash within a few waits although the check for missing deliveries is refused', async () => {
+    const STREAM = await freshStream(admin, 'PFULL');
+    await using sdb = await recordingDb();
+    const jsm = await jetstreamManager(admin);
+    const info = () => jsm.consumers.info(STREAM.name, 'permfull');
+    const ACK_WAIT_MS = 2000; // one wait: 1.5 × 2 s + 1 s = 4 s of pulling time
+    const BACKLOG = 1200; // more than max_ack_pending (1024 with the default batch of 256)
+    const fullSettings = {
+      ackWaitMs: ACK_WAIT_MS,
+      pullExpiresMs: 1000,
+      connect: () => connect({ servers: [`127.0.0.1:${port}`], user: 'sub', pass: 'sub' }),
+    };
+
+    // a first run creates the durable, then stops
+    const stop1 = new AbortController();
+    const first = testRunner(sdb, `127.0.0.1:${port}`, recorder('permfull'), STREAM, fullSettings).run({
+      signal: stop1.signal,
+      timeLimitMs: 30_000,
+      lease: { mayPull: () => false, holds: () => true },
+    });
+    await eventually(async () => (await info().catch(() => undefined)) !== undefined, { what: 'the durable' });
+    stop1.abort();
+    await first;
+
+    // the run that "crashed": it took c1 and never answered it
+    const id = `${process.pid}-${Date.now()}`;
+    const c1 = openedEvent({ accountId: `c-${id}` });
+    await publishEvents(admin, STREAM, [c1]);
+    const crashed = await connect({ servers: [`127.0.0.1:${port}`], user: 'admin', pass: 'admin' });
+    const taken = await (await jetstream(crashed).consumers.get(STREAM.name, 'permfull')).next({ expires: 2000 });
+    expect(taken?.headers?.get('Nats-Msg-Id')).toBe(c1.eventId);
+    await crashed.close();
+
+    // the backlog, one aggregate each (none of them waits for c1)
+    const backlog = Array.from({ length: BACKLOG }, (_, i) => openedEvent({ accountId: `k-${i}-${id}` }));
+    await publishTogether(admin, STREAM.prefix, backlog);
+
+    const { log, lines } = logLines();
+    const stop2 = new AbortController();
+    const second = testRunner(sdb, `127.0.0.1:${port}`, recorder('permfull'), STREAM, { ...fullSettings, log }).run({
+      signal: stop2.signal,
+      timeLimitMs: 50_000,
+    });
+    try {
+      // one wait of 4 s of pulling time, and c1 comes back after its ack_wait: 30 s is several times what it needs
+      await eventually(async () => (await appliedEvents(sdb)).length === BACKLOG + 1, {
+        what: 'every event applied',
+        timeoutMs: 30_000,
+      }).catch(async (error: unknown) => {
+        const i = await info();
+        throw new Error(
+          `${String(error)}\napplied: ${(await appliedEvents(sdb)).length} of ${BACKLOG + 1}; durable: num_ack_pending=${i.num_ack_pending} num_waiting=${i.num_waiting} num_pending=${i.num_pending}\nlog:\n${lines.slice(0, 12).join('\n')}`,
+        );
+      });
+    } finally {
+      stop2.abort();
+      await second.catch(() => undefined);
+    }
+  }, 60_000);
 });
