@@ -45,7 +45,13 @@ describe('lost deliveries - the redelivery of an awaited message goes missing to
       expect(stolen?.headers?.get('Nats-Msg-Id')).toBe(a2!.eventId);
       await publishEvents(nats().nc, stream, [a3!]);
       pulling = true;
-      await eventually(async () => (await info()).num_ack_pending === 2 && (await info()).num_waiting > 0, { what: 'a3 held by the run' });
+      await eventually(
+        async () => {
+          const now = await info(); // one snapshot of both counts
+          return now.num_ack_pending === 2 && now.num_waiting > 0;
+        },
+        { what: 'a3 held by the run' },
+      );
 
       // just before a2's ack_wait runs out, the run's pull requests step aside for a moment: the other puller's comes first
       await new Promise((r) => setTimeout(r, Math.max(0, stolenAt + ackWaitMs - 1500 - Date.now())));

@@ -38,7 +38,13 @@ describe('lost deliveries - an old gap re-arms every expired wait', () => {
     stolen!.ack(); // acknowledged by someone after all: never delivered again
     await publishEvents(nats().nc, stream, [a3!]);
     run.pulling = true;
-    await eventually(async () => (await info()).num_ack_pending === 2 && (await info()).num_waiting > 0, { what: 'a3 held by the run' });
+    await eventually(
+      async () => {
+        const now = await info(); // one snapshot of both counts
+        return now.num_ack_pending === 2 && now.num_waiting > 0;
+      },
+      { what: 'a3 held by the run' },
+    );
 
     // the last delivery of the consumer goes to the other puller (an event the subscriber ignores)
     run.pulling = false;
