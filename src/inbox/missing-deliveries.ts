@@ -211,7 +211,7 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
       deps.changed();
     });
   };
-  /** Whether the check under way holds writes back: until its deadline, and while it reads (its answer is not in). */
+  /** Whether the check under way holds writes back: until its deadline, while it reads, and while it retries. */
   const holding = () => check !== undefined && (clock() < check.deadline || check.reading || check.retrying);
 
   const pause = (ms: number) =>
@@ -295,7 +295,7 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
           deps.log.warn(
             refused
               ? 'consumer: may not check for deliveries that never arrived (it needs to create consumers on the stream); writing nothing newer until the wait runs out'
-              : 'consumer: could not check for deliveries that never arrived (the broker did not answer); writing nothing newer until it can',
+              : 'consumer: could not check for deliveries that never arrived (no answer from the broker or the database); writing nothing newer until it can',
             { consumer: deps.consumer, error: describeError(error) },
           );
         // A broker that cannot answer for now (an election, a lost meta leader) may have lost a delivery in the same
