@@ -237,12 +237,23 @@ describe('make it yours - npm run new', () => {
     expect(tsc.code, tsc.output).toBe(0);
     const results = join(repo, 'vitest-results.json');
     // the core's suites, the example's and the generated tests (foreign-lock's liveness bounds are about timing,
-    // not layout: it runs in the main suite, not in a copy that shares the cores with it)
+    // not layout: it runs in the main suite, not in a copy that shares the cores with it); three files at a time, since
+    // the other template file runs its own suite beside this one
     const suites = ['test/unit', 'test/int', 'test/example', 'test/contexts', 'test/subscribers'];
     const vitest = await runIn(
       repo,
       'npx',
-      ['vitest', 'run', ...suites, '--exclude', 'test/int/foreign-lock.int.spec.ts', '--reporter=dot', '--reporter=json', `--outputFile.json=${results}`],
+      [
+        'vitest',
+        'run',
+        ...suites,
+        '--maxWorkers=3',
+        '--exclude',
+        'test/int/foreign-lock.int.spec.ts',
+        '--reporter=dot',
+        '--reporter=json',
+        `--outputFile.json=${results}`,
+      ],
       240_000,
     );
     expect(vitest.code, vitest.output.slice(-6000)).toBe(0);
