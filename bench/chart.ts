@@ -18,6 +18,8 @@ type LagResult = {
   commitToApplied?: { cdf: Cdf; p50Ms: number; p99Ms: number; samples: number };
 };
 type CommandsResult = {
+  /** The load generator: wrk, or autocannon in the benchmark's process (results from before `client` was recorded say none). */
+  client?: string;
   connections: number;
   seconds: number;
   variants: Array<{ key: string; id: string; label: string }>;
@@ -137,7 +139,7 @@ function throughputPanel(cmd: CommandsResult | undefined, top: number): string {
     text(
       20,
       top + 24,
-      cmd ? `POST /orders throughput by variant (${cmd.connections} connections, ${cmd.seconds} s each, autocannon)` : 'Throughput: no bench:commands result',
+      cmd ? `POST /orders throughput by variant (${cmd.connections} connections, ${cmd.seconds} s each, ${cmd.client ?? 'autocannon'})` : 'Throughput: no bench:commands result',
       `font-size="15" font-weight="600"`,
     ),
   ];

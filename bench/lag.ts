@@ -48,7 +48,7 @@ function distribution(values: number[]) {
     samples: values.length,
     p50Ms: round(at(50)),
     p99Ms: round(at(99)),
-    maxMs: sorted.length ? sorted[sorted.length - 1]! : NaN,
+    maxMs: sorted.length ? round(sorted[sorted.length - 1]!) : NaN,
     cdf: sorted.length ? CDF_POINTS.map((p) => [p, round(at(p))] as [number, number]) : [],
   };
 }
@@ -198,7 +198,7 @@ async function main(RATE: number) {
     };
     const line = (name: string, d: ReturnType<typeof distribution>) => `${name}: p50 ${d.p50Ms} ms, p99 ${d.p99Ms} ms, max ${d.maxMs} ms (${d.samples} events)`;
     console.log(
-      `sent ${result.sentRate} commands/s, last answer after ${(load.totalMs / 1000).toFixed(1)} s; POST p50 ${result.http.p50Ms} ms, p99 ${result.http.p99Ms} ms, ${result.http.failed} failed of ${result.http.requests}`,
+      `sent ${result.sentRate} commands/s, last answer after ${(load.totalMs / 1000).toFixed(1)} s; POST p50 ${result.http.p50Ms} ms, p99 ${result.http.p99Ms} ms, ${result.http.failed} failed of ${result.http.requests}${Object.keys(result.http.transportErrors).length > 0 ? ` (transport errors: ${JSON.stringify(result.http.transportErrors)})` : ''}`,
     );
     const h = result.commitToPubAck;
     console.log(`commit → PubAck  (histogram): p50 ≤ ${h.p50AtMostMs} ms, p99 ≤ ${h.p99AtMostMs} ms, max ≤ ${h.maxAtMostMs} ms (${h.samples} events)`);

@@ -239,7 +239,7 @@ async function main() {
       machine: await describeMachine(),
     };
     console.log(
-      `sent ${result.sentRate} POST/s: p50 ${result.http.p50Ms} ms, p99 ${result.http.p99Ms} ms, ${result.http.failed} failed of ${result.http.requests}; ${events} events, ${applied} applied${drained ? '' : ' (NOT drained within 60 s)'}`,
+      `sent ${result.sentRate} POST/s: p50 ${result.http.p50Ms} ms, p99 ${result.http.p99Ms} ms, ${result.http.failed} failed of ${result.http.requests}${Object.keys(result.http.transportErrors).length > 0 ? ` (transport errors: ${JSON.stringify(result.http.transportErrors)})` : ''}; ${events} events, ${applied} applied${drained ? '' : ' (NOT drained within 60 s)'}`,
     );
     console.log(
       'role        RSS MB: end of warm-up | 1st min median | last min median | max | slope MB/min (after 1st min) | /metrics series: before load → end of warm-up → end',

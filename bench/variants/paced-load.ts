@@ -10,6 +10,8 @@ export type Sample = {
   latencyMs: number;
   /** HTTP status, or 0 for a transport error or timeout. */
   status: number;
+  /** With status 0: the transport error's code (ECONNRESET, …), or `timeout`. */
+  error?: string;
 };
 
 export type PacedLoadOptions = {
@@ -66,22 +68,22 @@ export async function runPacedLoad(o: PacedLoadOptions): Promise<PacedLoadResult
         (res) => {
           res.resume();
           res.once('end', () => done(res.statusCode ?? 0));
-          res.once('error', () => done(0));
+          res.once('error', (error: NodeJS.ErrnoException) => done(0, error.code ?? error.message));
         },
       );
       let settled = false;
-      const done = (status: number) => {
+      const done = (status: number, error?: string) => {
         if (settled) return;
         settled = true;
         open.delete(req);
-        samples.push({ dueAt: wallStart + (due - begin), latencyMs: performance.now() - due, status });
+        samples.push({ dueAt: wallStart + (due - begin), latencyMs: performance.now() - due, status, ...(error ? { error } : {}) });
         resolve();
       };
       req.setTimeout(timeoutMs, () => {
         req.destroy();
-        done(0);
+        done(0, 'timeout');
       });
-      req.once('error', () => done(0));
+      req.once('error', (error: NodeJS.ErrnoException) => done(0, error.code ?? error.message));
       req.end(o.body);
       open.add(req);
     }).finally(() => inFlight.delete(p));
@@ -107,16 +109,24 @@ export async function runPacedLoad(o: PacedLoadOptions): Promise<PacedLoadResult
   return { samples, sentRate: Math.round(sent / (sendMs / 1000)), sendMs: Math.round(sendMs), totalMs: Math.round(performance.now() - begin) };
 }
 
-/** p50/p99/max of the samples' latencies (2xx only) and the statuses of those that were not 2xx (0 = timeout or transport error). */
+/**
+ * p50/p99/max of the samples' latencies (2xx only), the statuses of those that were not 2xx (0 = timeout or transport
+ * error) and the transport errors by code.
+ */
 export function summarize(samples: Sample[], percentile: (v: number[], p: number) => number) {
   const ok = samples.filter((s) => s.status >= 200 && s.status < 300).map((s) => s.latencyMs);
   const failedByStatus: Record<string, number> = {};
-  for (const s of samples) if (s.status < 200 || s.status >= 300) failedByStatus[s.status] = (failedByStatus[s.status] ?? 0) + 1;
+  const transportErrors: Record<string, number> = {};
+  for (const s of samples) {
+    if (s.status < 200 || s.status >= 300) failedByStatus[s.status] = (failedByStatus[s.status] ?? 0) + 1;
+    if (s.error) transportErrors[s.error] = (transportErrors[s.error] ?? 0) + 1;
+  }
   const r = (n: number) => Math.round(n * 100) / 100;
   return {
     requests: samples.length,
     failed: samples.length - ok.length,
     failedByStatus,
+    transportErrors,
     p50Ms: r(percentile(ok, 50)),
     p99Ms: r(percentile(ok, 99)),
     maxMs: r(ok.length ? ok.reduce((m, v) => (v > m ? v : m), -Infinity) : NaN),
