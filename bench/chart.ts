@@ -139,7 +139,9 @@ function throughputPanel(cmd: CommandsResult | undefined, top: number): string {
     text(
       20,
       top + 24,
-      cmd ? `POST /orders throughput by variant (${cmd.connections} connections, ${cmd.seconds} s each, ${cmd.client ?? 'autocannon'})` : 'Throughput: no bench:commands result',
+      cmd
+        ? `POST /orders throughput by variant (${cmd.connections} connections, ${cmd.seconds} s each, ${cmd.client ?? 'autocannon'})`
+        : 'Throughput: no bench:commands result',
       `font-size="15" font-weight="600"`,
     ),
   ];
