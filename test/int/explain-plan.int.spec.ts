@@ -1,6 +1,6 @@
 import type { Client } from '@libsql/client';
 import { describe, expect, it } from 'vitest';
-import { FETCH_PENDING_SQL } from '../../src/outbox/relay-store.ts';
+import { FETCH_PENDING_SQL, MARK_SENT_FENCED_SQL } from '../../src/outbox/relay-store.ts';
 import { accountCommands } from '../support/accounts.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
 
@@ -120,5 +120,51 @@ describe('outbox - backlog counts for /metrics', () => {
       const plan = await t.client.execute({ sql: 'EXPLAIN QUERY PLAN SELECT count(*) FROM outbox WHERE status = ?', args: [status] });
       expect(plan.rows.map((r) => String(r.detail)).join('\n')).toMatch(/USING COVERING INDEX idx_outbox_status_seq \(status=\?\)/);
     }
+  });
+});
+
+describe('outbox - the relay marking rows sent', () => {
+  /** The plan of a fenced mark of `seqs` by an owner leasing `partitions` partitions. */
+  async function fencedMarkPlan(t: TestDb, seqs: number, partitions: number): Promise<string[]> {
+    const fence = JSON.stringify(Array.from({ length: partitions }, (_, p) => [p, 1]));
+    const ids = JSON.stringify(Array.from({ length: seqs }, (_, i) => i + 1));
+    const rs = await t.client.execute({ sql: `EXPLAIN QUERY PLAN ${MARK_SENT_FENCED_SQL}`, args: [Date.now(), ids, 'relay-a', fence] });
+    return rs.rows.map((r) => String(r.detail));
+  }
+
+  /** The outbox search of the mark finds rows by (status, seq) alone, and scans nothing. */
+  function expectSeqDrivenSearch(plan: string[]): void {
+    const shown = plan.join('\n');
+    expect(
+      plan.some((d) => /^SEARCH outbox USING (COVERING )?INDEX idx_outbox_status_seq \(status=\? AND seq=\?\)$/.test(d)),
+      shown,
+    ).toBe(true);
+    // a search on (status, seq, partition) probes the index once per leased partition for every seq
+    expect(shown).not.toMatch(/partition=\?/);
+    expect(
+      plan.some((d) => /^SCAN outbox\b/.test(d)),
+      shown,
+    ).toBe(false);
+  }
+
+  it.each([
+    ['an empty outbox', 0, false],
+    ['an outbox with pending, sent and failed rows (no ANALYZE)', 300, false],
+    ['the same after ANALYZE', 300, true],
+  ])(
+    'finds each row by its seq and checks the lease on the row, on %s: the leased partitions do not multiply the index probes',
+    async (_label, rows, analyze) => {
+      await using t = await createTestDb();
+      if (rows > 0) await seed(t, rows, 0.2);
+      if (analyze) await t.client.execute('ANALYZE');
+      expectSeqDrivenSearch(await fencedMarkPlan(t, 500, 16));
+    },
+  );
+
+  it('the check notices a fence that lets the partitions drive the search (so a rewrite that does fails CI)', async () => {
+    await using t = await createTestDb();
+    const sql = MARK_SENT_FENCED_SQL.replace('+partition IN', 'partition IN');
+    const rs = await t.client.execute({ sql: `EXPLAIN QUERY PLAN ${sql}`, args: [Date.now(), '[1,2,3]', 'relay-a', '[[0,1],[1,1]]'] });
+    expect(rs.rows.map((r) => String(r.detail)).join('\n')).toMatch(/partition=\?/);
   });
 });
