@@ -29,15 +29,17 @@ describe('relay - re-queued parked row after a partition-count change', () => {
     // the relay's publish reached the stream, its PubAck did not: the relay parked the row at its last attempt
     await publishAsAKilledRelay(t, nats().nc, stream);
     await t.client.execute("UPDATE outbox SET status = 'failed', attempts = 5, last_error = 'publish timed out' WHERE seq = 1");
-    const before = (await t.client.execute('SELECT aggregate_id, partition FROM outbox WHERE seq = 1')).rows[0]!;
+    const before = (await t.client.execute('SELECT aggregate_id, aggregate_hash, partition FROM outbox WHERE seq = 1')).rows[0]!;
+    // a count under which the row moves (the account's id is random: under some counts its partition stays the same)
+    const count = [5, 7, 9, 11, 13].find((n) => Number(before.aggregate_hash) % n !== Number(before.partition))!;
     // nothing pending: the count may change; then the operator re-queues the parked row
-    await applyPartitionCount(t.deps.writer, 5);
+    await applyPartitionCount(t.deps.writer, count);
     await t.deps.writer.write((tx) => requeueFailed(tx, undefined));
     const after = (await t.client.execute('SELECT partition FROM outbox WHERE seq = 1')).rows[0]!;
     expect(Number(after.partition)).not.toBe(Number(before.partition));
 
     // RELAY_MAX_ATTEMPTS 5 with back-off up to 30 s parks a row well inside the 10-minute duplicate window; here faster
-    const deps = relayDeps(t, nats().url, { stream, partitions: 5, settings: { maxAttempts: 2 } });
+    const deps = relayDeps(t, nats().url, { stream, partitions: count, settings: { maxAttempts: 2 } });
     for (let run = 0; run < 10; run++) {
       await createRelay(deps).run({ untilIdle: true, timeLimitMs: 5000 });
       const { rows } = await t.client.execute("SELECT count(*) AS n FROM outbox WHERE status = 'pending'");
