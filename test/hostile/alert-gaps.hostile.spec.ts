@@ -14,7 +14,7 @@ import { useNats } from '../support/use-nats.ts';
 
 const nats = useNats();
 const PROMTOOL = '/usr/bin/promtool';
-// Without promtool (Debian package `prometheus`) these cases skip on a developer's machine; .ci/run installs it, and
+// skipped: without promtool (Debian package `prometheus`) these cases skip on a developer's machine; .ci/run installs it, and
 // with CI set a missing promtool fails them instead.
 const NO_PROMTOOL = !existsSync(PROMTOOL) && !process.env.CI;
 const ALERTS = ['OutboxRelayDown', 'OutboxOldestPendingTooOld', 'OutboxPublishErrorsSustained', 'OutboxFailedMessages'];

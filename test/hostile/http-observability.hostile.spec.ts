@@ -157,7 +157,7 @@ describe('http - metrics cardinality and exposition', () => {
     expect(text).not.toMatch(/FOO|BAR|PROPFIND/);
   });
 
-  // skipped only on a machine without promtool and without CI set (.ci/run installs it)
+  // skipped: only on a machine without promtool and without CI set (.ci/run installs it)
   it.skipIf(!existsSync('/usr/bin/promtool') && !process.env.CI)('/metrics passes promtool after hostile requests', async () => {
     await using t = await createTestService({ ROLES: 'api' }, { connect: undefined });
     await t.app.request('/a"b\\c%0Ad', { method: 'GET' });

@@ -18,7 +18,7 @@ import { catalogueNameOf, METRIC_CATALOGUE, metricNamesIn } from './metric-catal
 const PROMTOOL = [...(process.env.PATH ?? '').split(delimiter).filter(Boolean), '/usr/bin', '/usr/local/bin']
   .map((dir) => join(dir, 'promtool'))
   .find(existsSync);
-// Without promtool (Debian package `prometheus`) the promtool cases skip on a developer's machine, so the reason
+// skipped: without promtool (Debian package `prometheus`) the promtool cases skip on a developer's machine, so the reason
 // shows in the report; .ci/run installs it, and with CI set a missing promtool fails them instead.
 const NO_PROMTOOL = !PROMTOOL && !process.env.CI;
 
