@@ -6,6 +6,7 @@ import { registryOf } from '../../src/compose/define-modules.ts';
 import { migrateDatabase } from '../../src/db/migrate.ts';
 import { createDatabase, prepareLocalDatabase } from '../../src/db/open-database.ts';
 import { createDeps } from '../../src/deps.ts';
+import { DRIVER_BUSY_WAIT_MS, setBusyBudget } from '../../src/db/write-lock.ts';
 import { DB_NOW_MS_SQL } from '../../src/leases/lease-store.ts';
 import { silentLogger } from '../../src/logger.ts';
 import { partitionOf } from '../../src/outbox/partition.ts';
@@ -52,11 +53,19 @@ async function setup(ttlMs = TTL_MS) {
   return { nats, tmp, dbUrl, client, env };
 }
 
-/** Migrates the database at `client` as a relay would, and returns the fixture's commands over it (run in this process). */
-async function migratedWithCommands(client: Client) {
+/**
+ * Migrates the database at `client` as a relay would, and returns the fixture's commands over it (run in this
+ * process) through a client opened as a service opens one: a few ms of synchronous busy wait in the driver, the rest
+ * of the busy budget waited asynchronously. A driver that waited seconds synchronously would block this process's
+ * event loop while a relay it froze holds the lock, and with it the SIGCONT that would release the lock.
+ */
+async function migratedWithCommands({ client, dbUrl }: { client: Client; dbUrl: string }) {
   await prepareLocalDatabase(client);
   await migrateDatabase(client, FIXTURE_MIGRATIONS.service);
-  return accountCommands(createDeps(createDatabase(client), silentLogger, registryOf(fixtureModules)));
+  const commandsClient = createClient({ url: dbUrl, timeout: DRIVER_BUSY_WAIT_MS });
+  setBusyBudget(commandsClient, 10_000);
+  cleanups.push(() => commandsClient.close());
+  return accountCommands(createDeps(createDatabase(commandsClient), silentLogger, registryOf(fixtureModules)));
 }
 
 type Relay = ChildHandle & { name: string; metricsPort: number };
@@ -214,8 +223,8 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 describe('relay leases - several relay processes on one outbox', () => {
   it('two relays split the 16 partitions 8 and 8 and drain a 20 000-row backlog between them, each row stored once and few published twice', async () => {
     const N = 20_000;
-    const { nats, tmp, client, env } = await setup();
-    await migratedWithCommands(client);
+    const { nats, tmp, client, env, dbUrl } = await setup();
+    await migratedWithCommands({ client, dbUrl });
     const seed = join(tmp.dir, 'seed.db');
     const building = backlogFile(seed, N);
     const a = await startRelay(env, 'relay-a');
@@ -258,8 +267,8 @@ describe('relay leases - several relay processes on one outbox', () => {
   });
 
   it("a relay SIGKILLed: the survivor owns all 16 partitions within the TTL plus one pass, and publishes rows committed to the dead relay's partitions after the kill", async () => {
-    const { nats, client, env } = await setup();
-    const accounts = await migratedWithCommands(client);
+    const { nats, client, env, dbUrl } = await setup();
+    const accounts = await migratedWithCommands({ client, dbUrl });
     const a = await startRelay(env, 'relay-a');
     const b = await startRelay(env, 'relay-b');
     await withOutput(
@@ -300,7 +309,7 @@ describe('relay leases - several relay processes on one outbox', () => {
 
   it('a relay paused past its TTL loses its partitions to the other, finds out when it resumes, and the stream still holds every row exactly once', async () => {
     const { nats, client, env, dbUrl } = await setup();
-    const accounts = await migratedWithCommands(client);
+    const accounts = await migratedWithCommands({ client, dbUrl });
     const a = await startRelay(env, 'relay-a');
     const b = await startRelay(env, 'relay-b');
     await withOutput(
@@ -351,8 +360,8 @@ describe('relay leases - several relay processes on one outbox', () => {
 
   it('a second relay gets half the partitions within a few renewals, and hands them back on SIGTERM well before its leases would have run out', async () => {
     const ttl = 2400;
-    const { client, env } = await setup(ttl);
-    await migratedWithCommands(client);
+    const { client, env, dbUrl } = await setup(ttl);
+    await migratedWithCommands({ client, dbUrl });
     const a = await startRelay(env, 'relay-a');
     await withOutput(
       a,
