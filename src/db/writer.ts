@@ -22,7 +22,8 @@ export type Writer = {
    * savepoint, so a throw rolls back `fn`'s own work and rejects only its own promise. Expected outcomes (not
    * found, conflict) should be returned as values: a throw costs the whole group a rollback and a second run.
    * While another process holds the write lock, rejects with DatabaseBusyError once `fn` has waited the busy budget.
-   * With `urgent`, `fn` goes to the head of the queue (a lease renewal must not wait behind a burst of commands).
+   * With `urgent`, `fn` goes to the head of the queue (a lease renewal must not wait behind a burst of commands) and
+   * still waits its own whole busy budget.
    */
   write<T>(fn: (tx: Tx) => Promise<T>, options?: { urgent?: boolean }): Promise<T>;
   /** Resolves once everything queued so far has committed or failed. */
@@ -150,12 +151,25 @@ export function createWriter(db: Database, options: { maxGroup?: number; busyTim
     return { ran: true };
   }
 
-  /** Rejects the jobs whose wait for another process's lock has run out; deadlines grow along the queue. */
+  /**
+   * Rejects the jobs whose wait for another process's lock has run out, wherever they are in the queue: an urgent job
+   * at the head may have been queued after the jobs behind it and wait longer than they do.
+   */
   function expire(cause: unknown): void {
     const t = now();
-    let n = 0;
-    while (n < queue.length && queue[n]!.deadline <= t) n++;
-    for (const job of queue.splice(0, n)) job.reject(new DatabaseBusyError(cause));
+    let kept = 0;
+    for (const job of queue) {
+      if (job.deadline <= t) job.reject(new DatabaseBusyError(cause));
+      else queue[kept++] = job;
+    }
+    queue.length = kept;
+  }
+
+  /** The earliest deadline in the (non-empty) queue. */
+  function nextDeadline(): number {
+    let earliest = Number.POSITIVE_INFINITY;
+    for (const job of queue) earliest = Math.min(earliest, job.deadline);
+    return earliest;
   }
 
   async function drain(): Promise<void> {
@@ -183,7 +197,7 @@ export function createWriter(db: Database, options: { maxGroup?: number; busyTim
         expire(run.busy);
         if (queue.length === 0) break;
         wait = nextBusySleep(wait, yields && heavy());
-        await sleep(Math.min(wait, queue[0]!.deadline - now()));
+        await sleep(Math.min(wait, nextDeadline() - now()));
         busyMs += now() - from;
         expire(run.busy);
       }
@@ -200,10 +214,10 @@ export function createWriter(db: Database, options: { maxGroup?: number; busyTim
       const job = caller === ROOT_CONTEXT ? fn : (tx: Tx) => context.with(caller, fn, undefined, tx);
       return new Promise<T>((resolve, reject) => {
         const deadline = now() + budgetMs;
-        if (options?.urgent) {
-          // deadlines must not decrease along the queue (expire() reads them from the head)
-          queue.unshift({ fn: job, resolve: resolve as (v: unknown) => void, reject, deadline: Math.min(deadline, queue[0]?.deadline ?? deadline) });
-        } else queue.push({ fn: job, resolve: resolve as (v: unknown) => void, reject, deadline });
+        // an urgent job waits its own whole budget, however long the jobs it goes ahead of have waited already
+        const queued: Job = { fn: job, resolve: resolve as (v: unknown) => void, reject, deadline };
+        if (options?.urgent) queue.unshift(queued);
+        else queue.push(queued);
         draining ??= new Promise<void>((resolve) => nextTurn(() => resolve(context.with(ROOT_CONTEXT, drain))));
       });
     },

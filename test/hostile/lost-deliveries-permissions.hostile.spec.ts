@@ -55,6 +55,25 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
+/** A first run of the `durable` subscriber that creates its durable consumer (`info` answers) and stops without pulling. */
+async function createDurable(
+  sdb: Parameters<typeof testRunner>[0],
+  durable: string,
+  stream: Parameters<typeof testRunner>[3],
+  settings: Parameters<typeof testRunner>[4],
+  info: () => Promise<unknown>,
+): Promise<void> {
+  const stop = new AbortController();
+  const run = testRunner(sdb, `127.0.0.1:${port}`, recorder(durable), stream, settings).run({
+    signal: stop.signal,
+    timeLimitMs: 30_000,
+    lease: { mayPull: () => false, holds: () => true },
+  });
+  await eventually(async () => (await info().catch(() => undefined)) !== undefined, { what: 'the durable' });
+  stop.abort();
+  await run;
+}
+
 describe('lost deliveries - a subscriber that may not create ephemeral consumers', () => {
   it('logs at start that it may not create the consumers it checks with, and still applies a missing event before the later event of its aggregate', async () => {
     const STREAM = await freshStream(admin, 'PERM');
@@ -120,16 +139,7 @@ describe('lost deliveries - a subscriber that may not create ephemeral consumers
       pullExpiresMs: 1000,
       connect: () => connect({ servers: [`127.0.0.1:${port}`], user: 'sub', pass: 'sub' }),
     };
-    let pulling = false;
-    const stop1 = new AbortController();
-    const first = testRunner(sdb, `127.0.0.1:${port}`, recorder('permstop'), STREAM, settings).run({
-      signal: stop1.signal,
-      timeLimitMs: 30_000,
-      lease: { mayPull: () => pulling, holds: () => true },
-    });
-    await eventually(async () => (await info().catch(() => undefined)) !== undefined, { what: 'the durable' });
-    stop1.abort();
-    await first;
+    await createDurable(sdb, 'permstop', STREAM, settings, info);
     const before = (await info()).delivered.stream_seq;
     await publishEvents(admin, STREAM, [c1!]);
     const thief = await connect({ servers: [`127.0.0.1:${port}`], user: 'admin', pass: 'admin' });
@@ -138,7 +148,6 @@ describe('lost deliveries - a subscriber that may not create ephemeral consumers
       const stolen = await (await jetstream(thief).consumers.get(STREAM.name, 'permstop')).next({ expires: 2000 });
       expect(stolen?.headers?.get('Nats-Msg-Id')).toBe(c1!.eventId);
       await publishEvents(admin, STREAM, [c2!]);
-      pulling = true;
       const stop2 = new AbortController();
       const second = testRunner(sdb, `127.0.0.1:${port}`, recorder('permstop'), STREAM, settings).run({ signal: stop2.signal, timeLimitMs: 30_000 });
       await eventually(async () => (await info()).delivered.stream_seq > before + 1, { what: 'c2 delivered to the run' });
@@ -173,16 +182,7 @@ describe('lost deliveries - a subscriber that may not create ephemeral consumers
       connect: () => connect({ servers: [`127.0.0.1:${port}`], user: 'sub', pass: 'sub' }),
     };
 
-    // a first run creates the durable, then stops
-    const stop1 = new AbortController();
-    const first = testRunner(sdb, `127.0.0.1:${port}`, recorder('permfull'), STREAM, fullSettings).run({
-      signal: stop1.signal,
-      timeLimitMs: 30_000,
-      lease: { mayPull: () => false, holds: () => true },
-    });
-    await eventually(async () => (await info().catch(() => undefined)) !== undefined, { what: 'the durable' });
-    stop1.abort();
-    await first;
+    await createDurable(sdb, 'permfull', STREAM, fullSettings, info);
 
     // the run that "crashed": it took c1 and never answered it
     const id = `${process.pid}-${Date.now()}`;

@@ -9,7 +9,9 @@ import { createApp } from '../../src/app.ts';
 import { registryOf } from '../../src/compose/define-modules.ts';
 import { parseConfig } from '../../src/config.ts';
 import { migrateDatabase } from '../../src/db/migrate.ts';
-import { createDatabase } from '../../src/db/open-database.ts';
+import { DatabaseBusyError } from '../../src/db/busy.ts';
+import { createDatabase, sqlOf } from '../../src/db/open-database.ts';
+import { createWriter } from '../../src/db/writer.ts';
 import { createDeps } from '../../src/deps.ts';
 import { openClient } from '../../src/entry/boot.ts';
 import { silentLogger } from '../../src/logger.ts';
@@ -182,6 +184,33 @@ describe('foreign lock - another process holds the write lock', () => {
     expect(await countRows(fresh, 'accounts')).toBe(21);
     expect(await countRows(fresh, 'outbox')).toBe(21);
   });
+
+  it(
+    'an urgent write queued behind writes that have waited most of their budget waits its own whole budget, and commits once the lock is released after theirs ran out',
+    LIVENESS,
+    async () => {
+      const budgetMs = 2000;
+      const { url, client } = await serviceDatabase(budgetMs);
+      await client.execute('CREATE TABLE urgent_marks (who TEXT NOT NULL)');
+      const writer = createWriter(createDatabase(client));
+      const mark = (who: string) =>
+        writer.write((tx) => sqlOf(tx).execute({ sql: 'INSERT INTO urgent_marks (who) VALUES (?)', args: [who] }), { urgent: who === 'urgent' });
+
+      const lock = await holdWriteLock(url);
+      const plain = mark('plain').then(
+        () => 'committed',
+        (error: unknown) => error,
+      );
+      await new Promise((r) => setTimeout(r, budgetMs * 0.6));
+      // a lease renewal, say: ahead of the plain write, with a budget that runs 1.2 s past the plain write's
+      const urgent = mark('urgent');
+      const released = releaseAfter(lock, budgetMs * 0.65);
+      expect(await plain).toBeInstanceOf(DatabaseBusyError);
+      await expect(urgent).resolves.toBeDefined();
+      await released;
+      expect((await client.execute('SELECT who FROM urgent_marks')).rows.map((r) => r.who)).toEqual(['urgent']);
+    },
+  );
 
   it("migrations wait for another process's lock without blocking the event loop, then apply", LIVENESS, async () => {
     const tmp = createTempDir();
