@@ -1,12 +1,36 @@
-import { serve } from '@hono/node-server';
+import { getRequestListener, RequestError } from '@hono/node-server';
+import { createServer } from 'node:http';
+import { AppError, BadRequestError, toProblem } from '../errors.ts';
 import { httpPort, type Started } from './boot.ts';
 
 /** Serves `started.service.app` with @hono/node-server when this process has a port; returns the close function. */
 export function serveOnNode(started: Started): () => Promise<void> {
   const port = httpPort(started.config);
   if (port === undefined) return async () => undefined;
-  const server = serve({ fetch: started.service.app.fetch, port, hostname: started.config.HOST }, (info) =>
-    started.log.info('listening', { runtime: 'node', port: info.port, roles: started.config.ROLES }),
-  );
+  const service = started.config.SERVICE_NAME;
+  // serve() as @hono/node-server builds it, plus an error handler (serve() takes none): what the adapter answers
+  // itself, before the app runs (a path or Host header it cannot make a URL of), is problem+json too
+  const listener = getRequestListener(started.service.app.fetch, {
+    hostname: started.config.HOST,
+    errorHandler: (error) => adapterProblem(error, service, started),
+  });
+  const server = createServer(listener);
+  server.listen(port, started.config.HOST, () => {
+    const address = server.address();
+    started.log.info('listening', { runtime: 'node', port: typeof address === 'object' && address ? address.port : port, roles: started.config.ROLES });
+  });
   return () => new Promise<void>((resolve) => server.close(() => resolve()));
+}
+
+/** A request @hono/node-server could not build is a 400 problem; anything else thrown before the app answered, a 500. */
+function adapterProblem(error: unknown, service: string, started: Started): Response {
+  const problem =
+    error instanceof RequestError
+      ? new BadRequestError('The request target or Host header does not form a valid URL.')
+      : new AppError(500, 'internal', 'Internal error', 'The request could not be processed.');
+  if (!(error instanceof RequestError)) started.log.error('request failed in the HTTP adapter', { error });
+  return new Response(JSON.stringify(toProblem(problem, undefined, service)), {
+    status: problem.status,
+    headers: { 'Content-Type': 'application/problem+json' },
+  });
 }

@@ -30,6 +30,7 @@ export const STATUS_PAGE_SCRIPT = `
     return q.above ? '> ' + t : t;
   };
   const when = (value) => {
+    if (value === null || value === undefined) return '—';
     const d = new Date(value);
     return Number.isNaN(d.getTime()) ? String(value) : d.toLocaleString('en-GB');
   };

@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Database, Tx } from '../db/open-database.ts';
+import { integerOrNull, timeMsOrNull } from './column-guards.ts';
 
 /** A parked outbox row: what the relay gave up on and why, with the stored event. */
 export type FailedRow = {
@@ -8,20 +9,31 @@ export type FailedRow = {
   aggregateType: string;
   aggregateId: string;
   messageType: string;
-  attempts: number;
+  /** null when the column holds no count (a row a script stored; the relay parks such a row at once). */
+  attempts: number | null;
   lastError: string | null;
-  occurredAt: string;
-  /** The stored integration event (JSON text). */
+  /** ISO 8601; null when the column holds no time a Date can show. */
+  occurredAt: string | null;
+  /** The stored integration event (JSON text; stored bytes are decoded as UTF-8). */
   payload: string;
 };
 
 /** One page of failed rows, oldest first, and the seq to ask for the next page after (undefined on the last one). */
 export type FailedPage = { items: FailedRow[]; next: number | undefined };
 
-/** Failed rows after a seq, oldest first: a keyset range of idx_outbox_status_seq (never OFFSET). */
+/**
+ * Failed rows after a seq, oldest first: a keyset range of idx_outbox_status_seq (never OFFSET). A parked row may be
+ * one a script stored with odd columns, which is why the relay parked it: those are read through guards, so such a
+ * row is listed (for an operator to check) instead of failing the whole page.
+ */
 export const FAILED_PAGE_SQL = `
-  SELECT id, seq, aggregate_type, aggregate_id, message_type, attempts, last_error, occurred_at, payload
+  SELECT id, seq, aggregate_type, aggregate_id, message_type, ${integerOrNull('attempts')} AS attempts, last_error,
+    ${timeMsOrNull('occurred_at')} AS occurred_at, payload
   FROM outbox WHERE status = 'failed' AND seq > ? ORDER BY seq LIMIT ?`;
+
+const decoder = new TextDecoder();
+/** A column read back as text: a BLOB (what a script may store) decoded as UTF-8, anything else as its string. */
+const textOf = (value: unknown): string => (value instanceof ArrayBuffer ? decoder.decode(value) : String(value));
 
 /** Reads `limit` parked (`failed`) outbox rows after seq `after` (from the first without it), oldest first. */
 export async function pageFailed(db: Database, query: { limit: number; after?: number | undefined }): Promise<FailedPage> {
@@ -33,10 +45,10 @@ export async function pageFailed(db: Database, query: { limit: number; after?: n
     aggregateType: String(r.aggregate_type),
     aggregateId: String(r.aggregate_id),
     messageType: String(r.message_type),
-    attempts: Number(r.attempts),
-    lastError: r.last_error === null ? null : String(r.last_error),
-    occurredAt: new Date(Number(r.occurred_at)).toISOString(),
-    payload: String(r.payload),
+    attempts: r.attempts === null ? null : Number(r.attempts),
+    lastError: r.last_error === null ? null : textOf(r.last_error),
+    occurredAt: r.occurred_at === null ? null : new Date(Number(r.occurred_at)).toISOString(),
+    payload: textOf(r.payload),
   }));
   return { items, next: rs.rows.length > query.limit ? items.at(-1)?.seq : undefined };
 }

@@ -1,4 +1,5 @@
 import { sqlOf, type Database, type Tx } from '../db/open-database.ts';
+import { integerOrNull, timeMsOrNull } from './column-guards.ts';
 
 export type PendingRow = {
   seq: number;
@@ -26,8 +27,6 @@ export type LeaseFence = { owner: string; epochs: ReadonlyMap<number, number> };
 
 /** The most attempts a row can hold that the relay reads as a count (RELAY_MAX_ATTEMPTS is at most 1000). */
 const MAX_READ_ATTEMPTS = 1_000_000;
-/** The range of a JavaScript Date in ms: an occurred_at outside it is no time. */
-const MAX_TIME_MS = 8_640_000_000_000_000;
 
 /** The lease scope of the relays in the outbox database. */
 export const RELAY_LEASE_SCOPE = 'relay';
@@ -65,8 +64,8 @@ export const RELAY_LEASE_SCOPE = 'relay';
  * is UTF-16 (a file another tool made): there it comes as text, and fetchPending encodes it to UTF-8.
  */
 export const FETCH_PENDING_SQL = `SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.message_type, CASE WHEN (SELECT encoding FROM pragma_encoding) = 'UTF-8' THEN CAST(o.payload AS BLOB) ELSE o.payload END AS payload, o.headers,
-  CASE WHEN typeof(o.attempts) = 'integer' AND o.attempts BETWEEN 0 AND ${MAX_READ_ATTEMPTS} THEN o.attempts END AS attempts,
-  CASE WHEN typeof(o.occurred_at) = 'integer' AND o.occurred_at BETWEEN -${MAX_TIME_MS} AND ${MAX_TIME_MS} THEN o.occurred_at END AS occurred_at,
+  ${integerOrNull('o.attempts', 0, MAX_READ_ATTEMPTS)} AS attempts,
+  ${timeMsOrNull('o.occurred_at')} AS occurred_at,
   o.partition, o.payload_validated IS 1 AS payload_validated
 FROM outbox o
 WHERE o.status = 'pending' AND o.partition IN (SELECT value FROM json_each(?6)) AND (NOT (o.attempts > 0) OR o.available_at <= ?1)
