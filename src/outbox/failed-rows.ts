@@ -40,11 +40,11 @@ export async function pageFailed(db: Database, query: { limit: number; after?: n
   // one more than asked: whether it comes back says whether there is a next page
   const rs = await db.$client.execute({ sql: FAILED_PAGE_SQL, args: [query.after ?? 0, query.limit + 1] });
   const items = rs.rows.slice(0, query.limit).map((r) => ({
-    id: String(r.id),
+    id: textOf(r.id),
     seq: Number(r.seq),
-    aggregateType: String(r.aggregate_type),
-    aggregateId: String(r.aggregate_id),
-    messageType: String(r.message_type),
+    aggregateType: textOf(r.aggregate_type),
+    aggregateId: textOf(r.aggregate_id),
+    messageType: textOf(r.message_type),
     attempts: r.attempts === null ? null : Number(r.attempts),
     lastError: r.last_error === null ? null : textOf(r.last_error),
     occurredAt: r.occurred_at === null ? null : new Date(Number(r.occurred_at)).toISOString(),

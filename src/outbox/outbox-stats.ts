@@ -1,18 +1,19 @@
 import type { Database } from '../db/open-database.ts';
-import { timeMsOrNull } from './column-guards.ts';
+import { integerOrNull, timeMsOrNull } from './column-guards.ts';
 
 export type OutboxBacklog = { pending: number; failed: number; oldestPendingAgeMs: number };
 export type OutboxStats = OutboxBacklog & { sent: number };
 
 /**
  * Everything in one statement, so the numbers come from one snapshot (`sent` can never come out negative), and
- * nothing reads the `sent` rows: `appended` is the outbox's AUTOINCREMENT counter (one row of sqlite_sequence), the
+ * nothing reads the `sent` rows: `appended` is the outbox's AUTOINCREMENT counter (one row of sqlite_sequence; the
+ * highest seq stored when a script set that counter to something no number can hold), the
  * counts are ranges of idx_outbox_status_seq that cost what the backlog holds, and the oldest pending row is the
  * first entry of that index's `pending` range whose occurred_at is a time (a row a script stored with another value
  * there, text or nanoseconds past 2^53, is skipped instead of failing the statement, and with it /metrics).
  */
 export const OUTBOX_STATS_SQL = `SELECT
-  (SELECT seq FROM sqlite_sequence WHERE name = 'outbox') AS appended,
+  coalesce((SELECT ${integerOrNull('seq', 0)} FROM sqlite_sequence WHERE name = 'outbox'), (SELECT max(seq) FROM outbox)) AS appended,
   (SELECT count(*) FROM outbox WHERE status = 'pending') AS pending,
   (SELECT count(*) FROM outbox WHERE status = 'failed') AS failed,
   (SELECT occurred_at FROM outbox WHERE status = 'pending' AND ${timeMsOrNull('occurred_at')} IS NOT NULL ORDER BY seq LIMIT 1) AS oldest_pending_at`;

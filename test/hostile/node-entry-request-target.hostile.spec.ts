@@ -41,7 +41,7 @@ describe('node entry - request targets the adapter refuses', () => {
       expect((await raw(port, 'GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n')).status).toBe(200);
       const res = await raw(port, request);
       expect(res.status).toBe(400);
-      expect(res.head).toMatch(/\r\ncontent-type: application\/problem\+json/i); // today: no Content-Type, an empty body
+      expect(res.head).toMatch(/\r\ncontent-type: application\/problem\+json/i); // not an empty body without Content-Type
       const body = res.body.replace(/^[0-9a-f]+\r\n|\r\n0\r\n\r\n$/g, '');
       expect(JSON.parse(body)).toMatchObject({ status: 400, type: expect.any(String), title: expect.any(String) });
     } finally {
