@@ -1,11 +1,16 @@
 import { sqlOf, type Database } from '../db/open-database.ts';
 import type { Writer } from '../db/writer.ts';
 import { checkBatch, COMPACTION_BATCH, deleteInBatches, type CompactResult } from '../ops/compaction.ts';
+import { timeMsOrNull } from './column-guards.ts';
 
 export type { CompactResult } from '../ops/compaction.ts';
 
-/** The last of the next `batch` sent rows after the cursor: a range of idx_outbox_status_seq. */
-const WINDOW_END_SQL = `SELECT seq, sent_at FROM outbox WHERE status = 'sent' AND seq > ? ORDER BY seq LIMIT 1 OFFSET ?`;
+/**
+ * The last of the next `batch` sent rows after the cursor: a range of idx_outbox_status_seq. Its sent_at is read
+ * through a guard: a stamp a script wrote in another unit (nanoseconds past 2^53, text) comes back NULL, and such a
+ * row neither ends the walk nor fails it (DELETE_WINDOW_SQL keeps it, its stamp not being before the cutoff).
+ */
+const WINDOW_END_SQL = `SELECT seq, ${timeMsOrNull('sent_at')} AS sent_at FROM outbox WHERE status = 'sent' AND seq > ? ORDER BY seq LIMIT 1 OFFSET ?`;
 /** The old sent rows of that window, by the same index; `pending` and `failed` rows are outside the range. */
 const DELETE_WINDOW_SQL = `DELETE FROM outbox WHERE status = 'sent' AND seq > ? AND seq <= ? AND sent_at < ?`;
 
