@@ -160,7 +160,9 @@ const commands: Record<string, Command> = {
     const letters = await withSubscriber(subscriber, ({ db }) => listDeadLetters(db, subscriber.name));
     if (letters.length === 0) console.log(`no dead letters for ${values.consumer}`);
     for (const d of letters) {
-      console.log(`${d.eventId}  ${d.subject}  deliveries=${d.deliveries}  dead=${new Date(d.deadAt).toISOString()}\n    ${d.error}`);
+      console.log(
+        `${d.eventId}  ${d.subject}  deliveries=${d.deliveries ?? '?'}  dead=${d.deadAt === null ? '?' : new Date(d.deadAt).toISOString()}\n    ${d.error}`,
+      );
     }
   },
   'inbox:replay': async (argv) => {

@@ -5,6 +5,7 @@ import { sleep } from '../worker/sleep.ts';
 import { applyOnce, describeError, type InboxDeps } from './handle-once.ts';
 import { decodeMessage, type InboxMessage } from './inbox-message.ts';
 import { deleteDeadLetter, recordReplayError } from './inbox-store.ts';
+import { integerOrNull, timeMsOrNull } from '../db/column-guards.ts';
 
 /** A message a subscriber gave up on, with the stored copy replay works from. */
 export type DeadLetter = {
@@ -16,12 +17,22 @@ export type DeadLetter = {
   headers: Record<string, string>;
   payload: string;
   error: string;
-  deliveries: number;
-  deadAt: number;
+  /** null when the column holds no count (a row a script wrote). */
+  deliveries: number | null;
+  /** The time of death in epoch ms; null when the column holds no time (a row a script wrote). */
+  deadAt: number | null;
+  /** The dead_at column's value as stored, which pages are ordered and resumed by. */
+  key: DeadAtKey;
 };
 
+/**
+ * A dead_at value as stored, bound back as it is so a page resumes exactly after it: a number (what the subscriber
+ * writes), or — for a row a script wrote — an integer past 2^53, a text or a blob.
+ */
+export type DeadAtKey = number | bigint | string | Uint8Array;
+
 /** Where a page of dead letters starts: after this one (they are ordered by time of death, then event id). */
-export type DeadLetterCursor = { deadAt: number; eventId: string };
+export type DeadLetterCursor = { deadAt: DeadAtKey; eventId: string };
 
 /** Which dead letters of a consumer to list: `limit` of them after `after` (from the oldest without it), filtered. */
 export type DeadLetterQuery = {
@@ -36,15 +47,33 @@ export type DeadLetterQuery = {
 /** One page, oldest first, and the cursor of the next page (undefined on the last one). */
 export type DeadLetterPage = { items: DeadLetter[]; next: DeadLetterCursor | undefined };
 
-/** The event type of a dead letter: the body's `type` when it is a JSON object with a text one, else the Event-Type header. */
-const TYPE_OF = `CASE WHEN json_valid(payload) AND json_type(payload, '$.type') = 'text' THEN payload ->> '$.type' ELSE headers ->> '$."Event-Type"' END`;
+/** Headers that are a JSON object of text: what the subscriber stores; anything else a script wrote. */
+const HEADERS_OK = `typeof(headers) = 'text' AND json_valid(headers) AND json_type(headers) = 'object'`;
 
-const COLUMNS = `event_id, consumer, subject, headers, payload, error, deliveries, dead_at, ${TYPE_OF} AS type`;
+/**
+ * The event type of a dead letter: the body's `type` when it is a JSON object with a text one, else the Event-Type
+ * header (when the headers are a JSON object: a script's text or blob there must not fail the statement).
+ */
+const TYPE_OF = `CASE WHEN json_valid(payload) AND json_type(payload, '$.type') = 'text' THEN payload ->> '$.type' WHEN ${HEADERS_OK} THEN headers ->> '$."Event-Type"' END`;
+
+/**
+ * Columns a script may fill with anything are read through guards, so one odd row is listed and replayed rather
+ * than failing the page (the driver refuses an integer past 2^53 as a number): the headers as `{}` unless a JSON
+ * object, deliveries and the time of death as NULL unless a count and a time, and dead_at once more as it is stored
+ * (`dead_at_type`, `dead_at_raw`: an integer as its decimal text, a blob in hex) for the page's cursor.
+ */
+const COLUMNS = `event_id, consumer, subject, CASE WHEN ${HEADERS_OK} THEN headers ELSE '{}' END AS headers, payload, error,
+  ${integerOrNull('deliveries', 0)} AS deliveries, ${timeMsOrNull('dead_at')} AS dead_at_ms, typeof(dead_at) AS dead_at_type,
+  CASE typeof(dead_at) WHEN 'integer' THEN CAST(dead_at AS TEXT) WHEN 'blob' THEN hex(dead_at) ELSE dead_at END AS dead_at_raw,
+  ${TYPE_OF} AS type`;
+
+/** The lowest key: below every number SQLite stores (and text and blobs sort above numbers), so a first page misses none. */
+const FIRST_KEY = -Number.MAX_VALUE;
 
 /**
  * A page of one consumer's dead letters: a keyset range of idx_dead_letters_consumer_dead_at (never OFFSET, so
- * every page costs the same and rows deleted or added between pages shift nothing). `:afterAt` -1 starts at the
- * beginning (times of death are epoch ms). Filters are checked on the rows the range walks.
+ * every page costs the same and rows deleted or added between pages shift nothing). `:afterAt` FIRST_KEY starts at
+ * the beginning. Filters are checked on the rows the range walks.
  */
 export const DEAD_LETTER_PAGE_SQL = `
   SELECT ${COLUMNS} FROM dead_letters
@@ -54,17 +83,33 @@ export const DEAD_LETTER_PAGE_SQL = `
   ORDER BY dead_at, event_id
   LIMIT :limit`;
 
+const decoder = new TextDecoder();
+/** A column read back as text: a blob (what a script may store) decoded as UTF-8, anything else as its string. */
+const textOf = (value: unknown): string => (value instanceof ArrayBuffer ? decoder.decode(value) : String(value));
+
+/** dead_at as stored (see COLUMNS): what a cursor binds to resume after this row. */
+function keyOf(type: unknown, raw: unknown): DeadAtKey {
+  if (type === 'integer') {
+    const n = BigInt(String(raw));
+    return n >= -BigInt(Number.MAX_SAFE_INTEGER) && n <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(n) : n;
+  }
+  if (type === 'blob') return Uint8Array.from(String(raw).match(/../g) ?? [], (h) => Number.parseInt(h, 16));
+  if (type === 'real') return Number(raw);
+  return String(raw);
+}
+
 function toDeadLetter(r: Row): DeadLetter {
   return {
-    eventId: String(r.event_id),
-    consumer: String(r.consumer),
-    subject: String(r.subject),
-    type: r.type === null ? null : String(r.type),
+    eventId: textOf(r.event_id),
+    consumer: textOf(r.consumer),
+    subject: textOf(r.subject),
+    type: r.type === null ? null : textOf(r.type),
     headers: JSON.parse(String(r.headers)) as Record<string, string>,
-    payload: String(r.payload),
-    error: String(r.error),
-    deliveries: Number(r.deliveries),
-    deadAt: Number(r.dead_at),
+    payload: textOf(r.payload),
+    error: textOf(r.error),
+    deliveries: r.deliveries === null ? null : Number(r.deliveries),
+    deadAt: r.dead_at_ms === null ? null : Number(r.dead_at_ms),
+    key: keyOf(r.dead_at_type, r.dead_at_raw),
   };
 }
 
@@ -74,7 +119,7 @@ export async function pageDeadLetters(db: Database, consumer: string, query: Dea
     sql: DEAD_LETTER_PAGE_SQL,
     args: {
       consumer,
-      afterAt: query.after?.deadAt ?? -1,
+      afterAt: query.after?.deadAt ?? FIRST_KEY,
       afterId: query.after?.eventId ?? '',
       type: query.type ?? null,
       q: query.q ?? null,
@@ -84,7 +129,7 @@ export async function pageDeadLetters(db: Database, consumer: string, query: Dea
   });
   const items = rs.rows.slice(0, query.limit).map(toDeadLetter);
   const last = items.at(-1);
-  return { items, next: rs.rows.length > query.limit && last ? { deadAt: last.deadAt, eventId: last.eventId } : undefined };
+  return { items, next: rs.rows.length > query.limit && last ? { deadAt: last.key, eventId: last.eventId } : undefined };
 }
 
 /** Every dead letter of `consumer`, page by page, oldest first. */
@@ -190,7 +235,13 @@ const emptyReport = (): ReplayReport => ({ replayed: [], duplicates: [], failed:
 
 async function replayOne(deps: ReplayDeps, dead: DeadLetter, report: ReplayReport): Promise<void> {
   const key = { eventId: dead.eventId, consumer: deps.consumer };
-  const msg: InboxMessage = { subject: dead.subject, headers: dead.headers, payload: dead.payload, deliveryCount: dead.deliveries, fallbackId: dead.eventId };
+  const msg: InboxMessage = {
+    subject: dead.subject,
+    headers: dead.headers,
+    payload: dead.payload,
+    deliveryCount: dead.deliveries ?? 0,
+    fallbackId: dead.eventId,
+  };
   const decoded = decodeMessage(deps.registry, msg);
   let error: string;
   if (decoded.ok) {

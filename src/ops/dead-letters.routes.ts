@@ -29,7 +29,7 @@ const Cursor = z
 
 const ListQuery = z.object({ limit: PageLimit, after: Cursor.optional(), type: z.string().min(1).optional(), q: z.string().min(1).optional() });
 
-/** A dead letter as the admin routes show it: the payload parsed when it is JSON, the time of death in ISO 8601. */
+/** A dead letter as the admin routes show it: the payload parsed when it is JSON, the time of death in ISO 8601 (null when none). */
 function toItem(d: DeadLetter) {
   return {
     eventId: d.eventId,
@@ -39,7 +39,7 @@ function toItem(d: DeadLetter) {
     payload: storedJson(d.payload),
     error: d.error,
     deliveries: d.deliveries,
-    deadAt: new Date(d.deadAt).toISOString(),
+    deadAt: d.deadAt === null ? null : new Date(d.deadAt).toISOString(),
   };
 }
 

@@ -1,7 +1,7 @@
 import { sqlOf, type Database } from '../db/open-database.ts';
 import type { Writer } from '../db/writer.ts';
 import { checkBatch, COMPACTION_BATCH, deleteInBatches, type CompactResult } from '../ops/compaction.ts';
-import { timeMsOrNull } from './column-guards.ts';
+import { timeMsOrNull } from '../db/column-guards.ts';
 
 export type { CompactResult } from '../ops/compaction.ts';
 

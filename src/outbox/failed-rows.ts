@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Database, Tx } from '../db/open-database.ts';
-import { integerOrNull, timeMsOrNull } from './column-guards.ts';
+import { integerOrNull, timeMsOrNull } from '../db/column-guards.ts';
 
 /** A parked outbox row: what the relay gave up on and why, with the stored event. */
 export type FailedRow = {

@@ -1,5 +1,5 @@
 import type { Database } from '../db/open-database.ts';
-import { integerOrNull, timeMsOrNull } from './column-guards.ts';
+import { integerOrNull, timeMsOrNull } from '../db/column-guards.ts';
 
 export type OutboxBacklog = { pending: number; failed: number; oldestPendingAgeMs: number };
 export type OutboxStats = OutboxBacklog & { sent: number };

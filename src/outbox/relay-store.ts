@@ -1,5 +1,5 @@
 import { sqlOf, type Database, type Tx } from '../db/open-database.ts';
-import { integerOrNull, timeMsOrNull } from './column-guards.ts';
+import { integerOrNull, timeMsOrNull } from '../db/column-guards.ts';
 
 export type PendingRow = {
   seq: number;

@@ -1,4 +1,4 @@
-// Outbox columns a script, a restore or another tool may fill with anything (text in an INTEGER column, an integer
+// Columns a script, a restore or another tool may fill with anything (text in an INTEGER column, an integer
 // past 2^53 that the driver refuses to turn into a number): read through these guards, such a value comes back NULL
 // instead of failing the whole statement.
 
