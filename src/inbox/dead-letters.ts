@@ -67,17 +67,21 @@ const COLUMNS = `event_id, consumer, subject, CASE WHEN ${HEADERS_OK} THEN heade
   CASE typeof(dead_at) WHEN 'integer' THEN CAST(dead_at AS TEXT) WHEN 'blob' THEN hex(dead_at) ELSE dead_at END AS dead_at_raw,
   ${TYPE_OF} AS type`;
 
-/** The lowest key: below every number SQLite stores (and text and blobs sort above numbers), so a first page misses none. */
-const FIRST_KEY = -Number.MAX_VALUE;
+/**
+ * A key is bound as a parameter, except ±Infinity (a REAL a script may store), which the driver refuses to bind:
+ * `:afterInf` 1 or -1 stands for it in SQL. A first page starts after -Infinity (-1 with an empty event id), below
+ * every number SQLite stores (text and blobs sort above numbers), so it misses none.
+ */
+const AFTER_KEY = `CASE :afterInf WHEN 1 THEN 9e999 WHEN -1 THEN -9e999 ELSE :afterAt END`;
 
 /**
  * A page of one consumer's dead letters: a keyset range of idx_dead_letters_consumer_dead_at (never OFFSET, so
- * every page costs the same and rows deleted or added between pages shift nothing). `:afterAt` FIRST_KEY starts at
- * the beginning. Filters are checked on the rows the range walks.
+ * every page costs the same and rows deleted or added between pages shift nothing); see AFTER_KEY for where a page
+ * starts. Filters are checked on the rows the range walks.
  */
 export const DEAD_LETTER_PAGE_SQL = `
   SELECT ${COLUMNS} FROM dead_letters
-  WHERE consumer = :consumer AND (dead_at, event_id) > (:afterAt, :afterId)
+  WHERE consumer = :consumer AND (dead_at, event_id) > (${AFTER_KEY}, :afterId)
     AND (:type IS NULL OR ${TYPE_OF} = :type)
     AND (:q IS NULL OR instr(lower(error), lower(:q)) > 0)
   ORDER BY dead_at, event_id
@@ -115,11 +119,13 @@ function toDeadLetter(r: Row): DeadLetter {
 
 /** Reads one page of `consumer`'s dead letters (see DEAD_LETTER_PAGE_SQL). */
 export async function pageDeadLetters(db: Database, consumer: string, query: DeadLetterQuery): Promise<DeadLetterPage> {
+  const after = query.after?.deadAt;
   const rs = await db.$client.execute({
     sql: DEAD_LETTER_PAGE_SQL,
     args: {
       consumer,
-      afterAt: query.after?.deadAt ?? FIRST_KEY,
+      afterInf: after === undefined || after === Number.NEGATIVE_INFINITY ? -1 : after === Number.POSITIVE_INFINITY ? 1 : 0,
+      afterAt: after === undefined || (typeof after === 'number' && !Number.isFinite(after)) ? 0 : after,
       afterId: query.after?.eventId ?? '',
       type: query.type ?? null,
       q: query.q ?? null,

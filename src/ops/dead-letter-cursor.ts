@@ -1,7 +1,10 @@
 import type { DeadAtKey, DeadLetterCursor } from '../inbox/dead-letters.ts';
 
-/** How a key that is no plain number travels in a cursor: an integer past 2^53 as decimal text, a blob in hex. */
-type KeyKind = 'i' | 's' | 'b';
+/**
+ * How a key that is no finite number travels in a cursor: an integer past 2^53 as decimal text, a text as it is, a
+ * blob in hex, ±Infinity (a REAL, which JSON cannot hold) as `Infinity` or `-Infinity`.
+ */
+type KeyKind = 'i' | 's' | 'b' | 'f';
 
 const toHex = (bytes: Uint8Array) => Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
 const INT64_MIN = -(2n ** 63n);
@@ -16,7 +19,9 @@ export function encodeCursor(cursor: DeadLetterCursor): string {
   const key = cursor.deadAt;
   const parts =
     typeof key === 'number'
-      ? [key, cursor.eventId]
+      ? Number.isFinite(key)
+        ? [key, cursor.eventId]
+        : [String(key), cursor.eventId, 'f']
       : typeof key === 'bigint'
         ? [String(key), cursor.eventId, 'i']
         : typeof key === 'string'
@@ -31,6 +36,7 @@ export function encodeCursor(cursor: DeadLetterCursor): string {
 /** The key a cursor's `[text, eventId, kind]` stands for, or undefined for one encodeCursor would not write. */
 function keyOf(text: string, kind: KeyKind): DeadAtKey | undefined {
   if (kind === 's') return text;
+  if (kind === 'f') return text === 'Infinity' ? Number.POSITIVE_INFINITY : text === '-Infinity' ? Number.NEGATIVE_INFINITY : undefined;
   if (kind === 'i') {
     if (!/^-?[0-9]{1,19}$/.test(text)) return undefined;
     const n = BigInt(text);
@@ -48,7 +54,7 @@ export function decodeCursor(text: string): DeadLetterCursor | undefined {
     if (!Array.isArray(parts) || typeof parts[1] !== 'string') return undefined;
     const [key, eventId, kind] = parts as [unknown, string, unknown];
     if (parts.length === 2 && typeof key === 'number' && Number.isFinite(key)) return { deadAt: key, eventId };
-    if (parts.length === 3 && typeof key === 'string' && (kind === 'i' || kind === 's' || kind === 'b')) {
+    if (parts.length === 3 && typeof key === 'string' && (kind === 'i' || kind === 's' || kind === 'b' || kind === 'f')) {
       const deadAt = keyOf(key, kind);
       if (deadAt !== undefined) return { deadAt, eventId };
     }
