@@ -107,7 +107,9 @@ const commands: Record<string, Command> = {
     const rows = await withDatabase(({ db }) => listFailed(db, limit));
     if (rows.length === 0) console.log('no failed outbox rows');
     for (const r of rows) {
-      console.log(`${r.id}  ${r.messageType}  ${r.aggregateType}/${r.aggregateId}  attempts=${r.attempts}  occurred=${r.occurredAt}\n    ${r.lastError ?? ''}`);
+      console.log(
+        `${r.id}  ${r.messageType}  ${r.aggregateType}/${r.aggregateId}  attempts=${r.attempts ?? '?'}  occurred=${r.occurredAt ?? '?'}\n    ${r.lastError ?? ''}`,
+      );
     }
   },
   'outbox:retry-failed': async (argv) => {

@@ -7,12 +7,11 @@ import { httpPort, type Started } from './boot.ts';
 export function serveOnNode(started: Started): () => Promise<void> {
   const port = httpPort(started.config);
   if (port === undefined) return async () => undefined;
-  const service = started.config.SERVICE_NAME;
   // serve() as @hono/node-server builds it, plus an error handler (serve() takes none): what the adapter answers
   // itself, before the app runs (a path or Host header it cannot make a URL of), is problem+json too
   const listener = getRequestListener(started.service.app.fetch, {
     hostname: started.config.HOST,
-    errorHandler: (error) => adapterProblem(error, service, started),
+    errorHandler: (error) => adapterProblem(error, started),
   });
   const server = createServer(listener);
   server.listen(port, started.config.HOST, () => {
@@ -23,13 +22,13 @@ export function serveOnNode(started: Started): () => Promise<void> {
 }
 
 /** A request @hono/node-server could not build is a 400 problem; anything else thrown before the app answered, a 500. */
-function adapterProblem(error: unknown, service: string, started: Started): Response {
+function adapterProblem(error: unknown, started: Started): Response {
   const problem =
     error instanceof RequestError
       ? new BadRequestError('The request target or Host header does not form a valid URL.')
       : new AppError(500, 'internal', 'Internal error', 'The request could not be processed.');
   if (!(error instanceof RequestError)) started.log.error('request failed in the HTTP adapter', { error });
-  return new Response(JSON.stringify(toProblem(problem, undefined, service)), {
+  return new Response(JSON.stringify(toProblem(problem, undefined, started.config.SERVICE_NAME)), {
     status: problem.status,
     headers: { 'Content-Type': 'application/problem+json' },
   });

@@ -5,7 +5,7 @@ import { sleep } from '../worker/sleep.ts';
 import { applyOnce, describeError, type InboxDeps } from './handle-once.ts';
 import { decodeMessage, type InboxMessage } from './inbox-message.ts';
 import { deleteDeadLetter, recordReplayError } from './inbox-store.ts';
-import { integerOrNull, timeMsOrNull } from '../db/column-guards.ts';
+import { bytesFromHex, integerOrNull, textOf, timeMsOrNull } from '../db/column-guards.ts';
 
 /** A message a subscriber gave up on, with the stored copy replay works from. */
 export type DeadLetter = {
@@ -87,17 +87,13 @@ export const DEAD_LETTER_PAGE_SQL = `
   ORDER BY dead_at, event_id
   LIMIT :limit`;
 
-const decoder = new TextDecoder();
-/** A column read back as text: a blob (what a script may store) decoded as UTF-8, anything else as its string. */
-const textOf = (value: unknown): string => (value instanceof ArrayBuffer ? decoder.decode(value) : String(value));
-
 /** dead_at as stored (see COLUMNS): what a cursor binds to resume after this row. */
 function keyOf(type: unknown, raw: unknown): DeadAtKey {
   if (type === 'integer') {
     const n = BigInt(String(raw));
     return n >= -BigInt(Number.MAX_SAFE_INTEGER) && n <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(n) : n;
   }
-  if (type === 'blob') return Uint8Array.from(String(raw).match(/../g) ?? [], (h) => Number.parseInt(h, 16));
+  if (type === 'blob') return bytesFromHex(String(raw));
   if (type === 'real') return Number(raw);
   return String(raw);
 }

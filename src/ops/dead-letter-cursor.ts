@@ -1,3 +1,4 @@
+import { bytesFromHex } from '../db/column-guards.ts';
 import type { DeadAtKey, DeadLetterCursor } from '../inbox/dead-letters.ts';
 
 /**
@@ -43,7 +44,7 @@ function keyOf(text: string, kind: KeyKind): DeadAtKey | undefined {
     return n >= INT64_MIN && n <= INT64_MAX ? n : undefined;
   }
   if (!/^(?:[0-9a-f]{2})*$/.test(text)) return undefined;
-  return Uint8Array.from(text.match(/../g) ?? [], (h) => Number.parseInt(h, 16));
+  return bytesFromHex(text);
 }
 
 /** The cursor `encodeCursor` made `text` from, or undefined for text it did not make. */

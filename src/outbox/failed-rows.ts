@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Database, Tx } from '../db/open-database.ts';
-import { integerOrNull, timeMsOrNull } from '../db/column-guards.ts';
+import { integerOrNull, textOf, timeMsOrNull } from '../db/column-guards.ts';
 
 /** A parked outbox row: what the relay gave up on and why, with the stored event. */
 export type FailedRow = {
@@ -30,10 +30,6 @@ export const FAILED_PAGE_SQL = `
   SELECT id, seq, aggregate_type, aggregate_id, message_type, ${integerOrNull('attempts')} AS attempts, last_error,
     ${timeMsOrNull('occurred_at')} AS occurred_at, payload
   FROM outbox WHERE status = 'failed' AND seq > ? ORDER BY seq LIMIT ?`;
-
-const decoder = new TextDecoder();
-/** A column read back as text: a BLOB (what a script may store) decoded as UTF-8, anything else as its string. */
-const textOf = (value: unknown): string => (value instanceof ArrayBuffer ? decoder.decode(value) : String(value));
 
 /** Reads `limit` parked (`failed`) outbox rows after seq `after` (from the first without it), oldest first. */
 export async function pageFailed(db: Database, query: { limit: number; after?: number | undefined }): Promise<FailedPage> {
