@@ -1,27 +1,14 @@
 // `npm run cli -- <command> [options]`: operational commands against DATABASE_URL. Every argument is checked, and
-// every refusal made, before a database is opened: a bad command line exits 2 and changes nothing.
+// every refusal made, before a database is opened: a bad command line exits 2 and changes nothing. Only the argument
+// parser is loaded up front; a command loads what it runs once its arguments are checked, so a mistyped command line
+// is answered without loading the database driver, the broker client or the modules.
 import type { Config } from '../config.ts';
-import { createDatabase } from '../db/open-database.ts';
-import { createWriter } from '../db/writer.ts';
-import { formatDuration } from '../duration.ts';
-import { compactIdempotencyKeys } from '../http/idempotency-retention.ts';
-import { compactOutbox } from '../outbox/compact-outbox.ts';
-import { listFailed, requeueFailed } from '../outbox/failed-rows.ts';
-import { readOutboxStats } from '../outbox/outbox-stats.ts';
-import { parseArgs, parseDurationOption, parsePositiveInt, UsageError } from './args.ts';
-import { loadConfigOrExit, migrateOrExit, MIGRATIONS_FOLDER, openClient, openSubscriberDb } from './boot.ts';
-import { exitOnFatalErrors } from './fatal-errors.ts';
-import { findSubscriber, registryOf, UnknownSubscriberError } from '../compose/define-modules.ts';
-import { modules } from '../modules.ts';
-import { listDeadLetters, replayDeadLetters } from '../inbox/dead-letters.ts';
-import { createInboxDeps } from '../inbox/handle-once.ts';
-import { assertSafeRetention, compactInbox, retentionSettingsFrom, UnsafeRetentionError } from '../inbox/retention.ts';
+import type { Database } from '../db/open-database.ts';
+import type { Writer } from '../db/writer.ts';
+import type { InboxDeps } from '../inbox/handle-once.ts';
 import type { Subscriber } from '../inbox/subscriber.ts';
-import { createMetrics } from '../metrics/metrics.ts';
-import { convertToIncrementalVacuum, NotLocalDatabaseError } from '../ops/vacuum.ts';
-import { subscriberDatabaseUrl } from '../inbox/subscriber-database.ts';
-import { createLogger } from '../logger.ts';
-import { isStartUpRefusal } from '../roles/start-up-refusals.ts';
+import { formatDuration } from '../duration.ts';
+import { parseArgs, parseDurationOption, parsePositiveInt, UsageError } from './args.ts';
 
 const USAGE = `usage: npm run cli -- <command> [options]
   outbox:stats                                   counts by status and the age of the oldest pending row
@@ -47,14 +34,20 @@ type Command = (args: string[]) => Promise<void>;
 
 let loaded: Config | undefined;
 /** The configuration, loaded once (a bad value exits 2 before anything is opened). */
-const config = () => (loaded ??= loadConfigOrExit());
+const config = async () => (loaded ??= (await import('./open-databases.ts')).loadConfigOrExit());
 
 const batchOption = (values: Record<string, string>) => (values.batch !== undefined ? parsePositiveInt(values.batch, 'batch', MAX_BATCH) : undefined);
 
-async function withDatabase<T>(fn: (d: { db: ReturnType<typeof createDatabase>; writer: ReturnType<typeof createWriter> }) => Promise<T>): Promise<T> {
-  const client = await openClient(config().DATABASE_URL, config());
+async function withDatabase<T>(fn: (d: { db: Database; writer: Writer }) => Promise<T>): Promise<T> {
+  const cfg = await config();
+  const [{ openClient, migrateOrExit, MIGRATIONS_FOLDER }, { createDatabase }, { createWriter }] = await Promise.all([
+    import('./open-databases.ts'),
+    import('../db/open-database.ts'),
+    import('../db/writer.ts'),
+  ]);
+  const client = await openClient(cfg.DATABASE_URL, cfg);
   try {
-    if (config().MIGRATE_ON_START) await migrateOrExit(client, MIGRATIONS_FOLDER);
+    if (cfg.MIGRATE_ON_START) await migrateOrExit(client, MIGRATIONS_FOLDER);
     const db = createDatabase(client);
     return await fn({ db, writer: createWriter(db) });
   } finally {
@@ -63,8 +56,9 @@ async function withDatabase<T>(fn: (d: { db: ReturnType<typeof createDatabase>; 
 }
 
 /** The subscriber named by --consumer; a missing or unknown name is a usage error. */
-function subscriberNamed(name: string | undefined): Subscriber {
+async function subscriberNamed(name: string | undefined): Promise<Subscriber> {
   if (!name) throw new UsageError('--consumer <name> is required');
+  const [{ findSubscriber, UnknownSubscriberError }, { modules }] = await Promise.all([import('../compose/define-modules.ts'), import('../modules.ts')]);
   try {
     return findSubscriber(modules, name);
   } catch (error) {
@@ -74,20 +68,29 @@ function subscriberNamed(name: string | undefined): Subscriber {
 }
 
 /** Opens a subscriber's database, write queue and inbox dependencies. */
-async function withSubscriber<T>(
-  subscriber: Subscriber,
-  fn: (s: { db: ReturnType<typeof createDatabase>; inbox: ReturnType<typeof createInboxDeps> }) => Promise<T>,
-): Promise<T> {
-  const client = await openSubscriberDb(config(), subscriber.name);
+async function withSubscriber<T>(subscriber: Subscriber, fn: (s: { db: Database; inbox: InboxDeps }) => Promise<T>): Promise<T> {
+  const cfg = await config();
+  const [{ openSubscriberDb }, { createDatabase }, { createWriter }, { createInboxDeps }, { registryOf }, { modules }, { createMetrics }, { createLogger }] =
+    await Promise.all([
+      import('./open-databases.ts'),
+      import('../db/open-database.ts'),
+      import('../db/writer.ts'),
+      import('../inbox/handle-once.ts'),
+      import('../compose/define-modules.ts'),
+      import('../modules.ts'),
+      import('../metrics/metrics.ts'),
+      import('../logger.ts'),
+    ]);
+  const client = await openSubscriberDb(cfg, subscriber.name);
   try {
     const db = createDatabase(client);
     const inbox = createInboxDeps(subscriber, {
       writer: createWriter(db),
       registry: registryOf(modules),
       metrics: createMetrics(),
-      maxDeliver: config().CONSUMER_MAX_DELIVER,
+      maxDeliver: cfg.CONSUMER_MAX_DELIVER,
       // what a replayed event's handler logs goes to stderr: stdout is the command's own output
-      log: createLogger(config().LOG_LEVEL, (line) => console.error(line), { service: config().SERVICE_NAME }),
+      log: createLogger(cfg.LOG_LEVEL, (line) => console.error(line), { service: cfg.SERVICE_NAME }),
     });
     return await fn({ db, inbox });
   } finally {
@@ -98,12 +101,14 @@ async function withSubscriber<T>(
 const commands: Record<string, Command> = {
   'outbox:stats': async (argv) => {
     parseArgs(argv, { values: [] });
+    const { readOutboxStats } = await import('../outbox/outbox-stats.ts');
     const stats = await withDatabase(({ db }) => readOutboxStats(db, new Date()));
     console.log(JSON.stringify(stats, null, 2));
   },
   'outbox:failed': async (argv) => {
     const { values } = parseArgs(argv, { values: ['limit'] });
     const limit = values.limit !== undefined ? parsePositiveInt(values.limit, 'limit', 10_000) : 100;
+    const { listFailed } = await import('../outbox/failed-rows.ts');
     const rows = await withDatabase(({ db }) => listFailed(db, limit));
     if (rows.length === 0) console.log('no failed outbox rows');
     for (const r of rows) {
@@ -115,6 +120,7 @@ const commands: Record<string, Command> = {
   'outbox:retry-failed': async (argv) => {
     const { values, flags } = parseArgs(argv, { values: ['id'], flags: ['all'] });
     if (flags.has('all') === (values.id !== undefined)) throw new UsageError('give exactly one of --id <event id> or --all');
+    const { requeueFailed } = await import('../outbox/failed-rows.ts');
     const n = await withDatabase(({ writer }) => writer.write((tx) => requeueFailed(tx, values.id, Date.now())));
     if (values.id !== undefined && n === 0) {
       console.error(`no failed outbox row with id ${values.id}`);
@@ -128,7 +134,8 @@ const commands: Record<string, Command> = {
     const given = values['older-than'] !== undefined ? parseDurationOption(values['older-than'], 'older-than') : undefined;
     const batch = batchOption(values);
     // sent rows are published: deleting them at any age breaks no guarantee, so there is no floor
-    const cutoffMs = Date.now() - (given ?? config().OUTBOX_RETENTION);
+    const cutoffMs = Date.now() - (given ?? (await config()).OUTBOX_RETENTION);
+    const { compactOutbox } = await import('../outbox/compact-outbox.ts');
     const result = await withDatabase((d) =>
       compactOutbox(
         { ...d, clock: () => new Date() },
@@ -141,13 +148,14 @@ const commands: Record<string, Command> = {
     const { values, flags } = parseArgs(argv, { values: ['older-than', 'batch'], flags: ['force'] });
     const given = values['older-than'] !== undefined ? parseDurationOption(values['older-than'], 'older-than') : undefined;
     const batch = batchOption(values);
-    const retention = config().IDEMPOTENCY_RETENTION;
+    const retention = (await config()).IDEMPOTENCY_RETENTION;
     const olderThanMs = given ?? retention;
     if (olderThanMs < retention && !flags.has('force')) {
       throw new RefusedError(
         `Refusing to forget Idempotency-Keys younger than IDEMPOTENCY_RETENTION (${formatDuration(retention)}): a client retrying one of those requests would run it twice. Pass --force to compact anyway.`,
       );
     }
+    const { compactIdempotencyKeys } = await import('../http/idempotency-retention.ts');
     const result = await withDatabase(({ writer }) =>
       compactIdempotencyKeys(
         { writer, clock: () => new Date() },
@@ -158,7 +166,8 @@ const commands: Record<string, Command> = {
   },
   'inbox:dead-letters': async (argv) => {
     const { values } = parseArgs(argv, { values: ['consumer'] });
-    const subscriber = subscriberNamed(values.consumer);
+    const subscriber = await subscriberNamed(values.consumer);
+    const { listDeadLetters } = await import('../inbox/dead-letters.ts');
     const letters = await withSubscriber(subscriber, ({ db }) => listDeadLetters(db, subscriber.name));
     if (letters.length === 0) console.log(`no dead letters for ${values.consumer}`);
     for (const d of letters) {
@@ -169,22 +178,25 @@ const commands: Record<string, Command> = {
   },
   'inbox:replay': async (argv) => {
     const { values, flags } = parseArgs(argv, { values: ['consumer', 'id'], flags: ['all'] });
-    const subscriber = subscriberNamed(values.consumer);
+    const subscriber = await subscriberNamed(values.consumer);
     if (flags.has('all') === (values.id !== undefined)) throw new UsageError('give exactly one of --id <event id> or --all');
+    const { replayDeadLetters } = await import('../inbox/dead-letters.ts');
     const report = await withSubscriber(subscriber, ({ db, inbox }) => replayDeadLetters({ ...inbox, db }, values.id ?? 'all'));
     console.log(JSON.stringify(report, null, 2));
     if (report.failed.length > 0 || report.notFound.length > 0) process.exitCode = 1;
   },
   'inbox:compact': async (argv) => {
     const { values, flags } = parseArgs(argv, { values: ['consumer', 'older-than', 'batch'], flags: ['force'] });
-    const subscriber = subscriberNamed(values.consumer);
+    const subscriber = await subscriberNamed(values.consumer);
     const given = values['older-than'] !== undefined ? parseDurationOption(values['older-than'], 'older-than') : undefined;
     const batch = batchOption(values);
-    const olderThanMs = given ?? config().INBOX_RETENTION_DAYS * 86_400_000;
+    const cfg = await config();
+    const olderThanMs = given ?? cfg.INBOX_RETENTION_DAYS * 86_400_000;
+    const { assertSafeRetention, compactInbox, retentionSettingsFrom, UnsafeRetentionError } = await import('../inbox/retention.ts');
     // the floor start-up applies: a copy of an event may still arrive while its inbox row is younger
     if (!flags.has('force')) {
       try {
-        assertSafeRetention({ retentionMs: olderThanMs, ...retentionSettingsFrom(config()) });
+        assertSafeRetention({ retentionMs: olderThanMs, ...retentionSettingsFrom(cfg) });
       } catch (error) {
         if (error instanceof UnsafeRetentionError) throw new RefusedError(`${error.message} Pass --force to compact anyway.`);
         throw error;
@@ -199,10 +211,16 @@ const commands: Record<string, Command> = {
   },
   'db:vacuum': async (argv) => {
     const { values } = parseArgs(argv, { values: ['consumer'] });
-    const subscriber = values.consumer !== undefined ? subscriberNamed(values.consumer) : undefined;
-    const url = subscriber ? subscriberDatabaseUrl(config().CONSUMER_DATABASE_URL_TEMPLATE, subscriber.name) : config().DATABASE_URL;
+    const subscriber = values.consumer !== undefined ? await subscriberNamed(values.consumer) : undefined;
+    const cfg = await config();
+    const { subscriberDatabaseUrl } = await import('../inbox/subscriber-database.ts');
+    const url = subscriber ? subscriberDatabaseUrl(cfg.CONSUMER_DATABASE_URL_TEMPLATE, subscriber.name) : cfg.DATABASE_URL;
     if (!url.startsWith('file:')) throw new RefusedError(`db:vacuum works on a local database file only, not ${url.split(':')[0]}: URLs`);
-    const client = await openClient(url, config());
+    const [{ openClient }, { convertToIncrementalVacuum, NotLocalDatabaseError }] = await Promise.all([
+      import('./open-databases.ts'),
+      import('../ops/vacuum.ts'),
+    ]);
+    const client = await openClient(url, cfg);
     try {
       const report = await convertToIncrementalVacuum(client);
       const { before, after } = report;
@@ -221,19 +239,21 @@ const commands: Record<string, Command> = {
   },
 };
 
-exitOnFatalErrors(() => process.exit(1));
+// what ends the process on a fatal error is installed once the command runs (it loads the logger)
+const fatalErrorsInstalled = import('./fatal-errors.ts').then(({ exitOnFatalErrors }) => exitOnFatalErrors(() => process.exit(1)));
 
 const [name, ...rest] = process.argv.slice(2);
 const command = name && Object.hasOwn(commands, name) ? commands[name] : undefined;
 try {
   if (!command) throw new UsageError(name ? `unknown command ${name}` : 'missing command');
+  await fatalErrorsInstalled;
   await command(rest);
 } catch (error) {
   if (error instanceof UsageError) {
     console.error(`${error.message}\n${USAGE}`);
     process.exit(2);
   }
-  if (error instanceof RefusedError || isStartUpRefusal(error)) {
+  if (error instanceof RefusedError || (await import('../roles/start-up-refusals.ts')).isStartUpRefusal(error)) {
     console.error(error.message);
     process.exit(2);
   }

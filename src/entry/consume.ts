@@ -1,10 +1,8 @@
 // `npm run consume -- <name>`: one subscriber alone, for a supervisor or a container.
-import { findSubscriber } from '../compose/define-modules.ts';
+// The command line is checked before the rest of the service is loaded: a bad one is answered at once.
+import { findSubscriber, UnknownSubscriberError } from '../compose/define-modules.ts';
 import { modules } from '../modules.ts';
-import { isStartUpRefusal } from '../roles/start-up-refusals.ts';
 import { parseArgs, UsageError } from './args.ts';
-import { boot, stopOnSignals } from './boot.ts';
-import { serveOnNode } from './serve-node.ts';
 
 const USAGE = `usage: npm run consume -- <${modules.subscribers.map((s) => s.name).join('|')}>`;
 
@@ -15,10 +13,11 @@ try {
   name = positional[0]!;
   findSubscriber(modules, name);
 } catch (error) {
-  if (!(error instanceof UsageError || isStartUpRefusal(error))) throw error;
+  if (!(error instanceof UsageError || error instanceof UnknownSubscriberError)) throw error;
   console.error(`${error.message}\n${USAGE}`);
   process.exit(2);
 }
 
+const [{ boot, stopOnSignals }, { serveOnNode }] = await Promise.all([import('./boot.ts'), import('./serve-node.ts')]);
 const started = await boot({ env: { ROLES: 'consumers', CONSUMERS: name } });
 stopOnSignals(started, serveOnNode(started));

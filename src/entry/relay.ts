@@ -1,7 +1,6 @@
 // `npm run relay [-- --time-limit 30s] [--max-messages N]`: the relay alone, for a supervisor or a container.
-import { boot, stopOnSignals } from './boot.ts';
+// The command line is checked before the rest of the service is loaded: a bad one is answered at once.
 import { parseArgs, parseDurationOption, parsePositiveInt, UsageError } from './args.ts';
-import { serveOnNode } from './serve-node.ts';
 
 const USAGE = 'usage: npm run relay -- [--time-limit <duration up to 24d, e.g. 30s>] [--max-messages <n>]';
 
@@ -21,5 +20,6 @@ try {
   process.exit(2);
 }
 
+const [{ boot, stopOnSignals }, { serveOnNode }] = await Promise.all([import('./boot.ts'), import('./serve-node.ts')]);
 const started = await boot({ env: { ROLES: 'relay' }, relayRun });
 stopOnSignals(started, serveOnNode(started));
