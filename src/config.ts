@@ -1,3 +1,4 @@
+import { expandConfig } from '@libsql/core/config';
 import { z } from 'zod';
 import { DEFAULT_SERVICE_NAME, streamNameOf } from './service-name.ts';
 import { formatDuration, parseDuration } from './duration.ts';
@@ -29,6 +30,29 @@ const duration = (min: number, max: number) => {
 
 const optionalText = z.string().min(1).optional();
 
+/** A bearer token's syntax (RFC 6750 b64token); a token outside it could never be sent. */
+export const BEARER_TOKEN_SYNTAX = /^[A-Za-z0-9._~+/-]+=*$/;
+
+/**
+ * Why @libsql/client would refuse `url` when it opens it (a bad query parameter, a server URL without a host), or
+ * undefined when it takes it: checked here so that such a URL is a configuration error at start-up, not a crash.
+ */
+export function libsqlUrlProblem(url: string): string | undefined {
+  try {
+    const expanded = expandConfig({ url }, false);
+    if (expanded.scheme !== 'file' && !expanded.authority?.host) return 'a libSQL server URL with a host, such as libsql://db.example.com';
+    return undefined;
+  } catch (error) {
+    return `a libSQL URL the client accepts (${error instanceof Error ? error.message.replace(/^[A-Z_]+: /, '') : String(error)})`;
+  }
+}
+
+/** Adds libsqlUrlProblem's reason as the issue of a URL setting (with `{name}` filled in for a template). */
+const acceptedLibsqlUrl = (value: string, ctx: z.RefinementCtx) => {
+  const problem = libsqlUrlProblem(value.replaceAll('{name}', 'name'));
+  if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem });
+};
+
 const boolean = z.enum(['true', 'false', '1', '0'], { message: 'true or false' }).transform((v) => v === 'true' || v === '1');
 
 /** Environment variables the service understands, with defaults that make `npm run dev` work without a `.env`. */
@@ -42,6 +66,7 @@ export const ConfigSchema = z.object({
   DATABASE_URL: z
     .string()
     .regex(/^(file:|libsql:|https?:|wss?:)/, 'a libSQL URL such as file:./data/app.db or libsql://host')
+    .superRefine(acceptedLibsqlUrl)
     .default('file:./data/app.db'),
   DATABASE_AUTH_TOKEN: optionalText,
   DATABASE_BUSY_TIMEOUT_MS: int(0, 600_000).default(5000),
@@ -108,7 +133,11 @@ export const ConfigSchema = z.object({
     )
     .pipe(z.array(z.string().regex(/^[A-Za-z0-9_-]+$/, 'consumer names of letters, digits, - and _')))
     .optional(),
-  CONSUMER_DATABASE_URL_TEMPLATE: z.string().includes('{name}', { message: 'a libSQL URL containing {name}' }).default('file:./data/{name}.db'),
+  CONSUMER_DATABASE_URL_TEMPLATE: z
+    .string()
+    .includes('{name}', { message: 'a libSQL URL containing {name}' })
+    .superRefine(acceptedLibsqlUrl)
+    .default('file:./data/{name}.db'),
   INBOX_RETENTION_DAYS: int(1, 3650).default(30),
   /** How long a stored Idempotency-Key answers a retry; older keys are compacted by the api role (ms). */
   IDEMPOTENCY_RETENTION: duration(60_000, 3650 * 86_400_000).default(86_400_000),
@@ -124,7 +153,11 @@ export const ConfigSchema = z.object({
    */
   CONSUMER_PARTITIONED: boolean.default(false),
   METRICS_PORT: int(0, 65535).optional(),
-  ADMIN_TOKEN: z.string().min(16, 'at least 16 characters').optional(),
+  ADMIN_TOKEN: z
+    .string()
+    .min(16, 'at least 16 characters')
+    .regex(BEARER_TOKEN_SYNTAX, 'letters, digits and . _ ~ + / - (then any = padding), as a bearer token is')
+    .optional(),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
   MIGRATE_ON_START: boolean.default(true),
   /**

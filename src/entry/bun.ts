@@ -1,4 +1,5 @@
 // Bun entry: serves the app with Bun.serve and runs the roles in ROLES.
+import { guardRequestTarget } from '../http/request-target.ts';
 import { boot, httpPort, stopOnSignals } from './boot.ts';
 
 declare const Bun: {
@@ -11,7 +12,8 @@ declare const Bun: {
 const started = await boot({ runtime: 'bun' });
 const port = httpPort(started.config);
 if (port !== undefined) {
-  const server = Bun.serve({ fetch: started.service.app.fetch, port, hostname: started.config.HOST });
+  const fetch = guardRequestTarget(started.service.app.fetch, { fallbackHost: started.config.HOST, service: started.config.SERVICE_NAME });
+  const server = Bun.serve({ fetch, port, hostname: started.config.HOST });
   started.log.info('listening', { runtime: 'bun', port: server.port, roles: started.config.ROLES });
   stopOnSignals(started, () => server.stop());
 } else {

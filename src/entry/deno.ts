@@ -1,4 +1,5 @@
 // Deno entry: serves the app with Deno.serve and runs the roles in ROLES.
+import { guardRequestTarget } from '../http/request-target.ts';
 import { boot, httpPort, stopOnSignals } from './boot.ts';
 
 declare const Deno: {
@@ -17,7 +18,7 @@ if (port !== undefined) {
       hostname: started.config.HOST,
       onListen: (addr) => started.log.info('listening', { runtime: 'deno', port: addr.port, roles: started.config.ROLES }),
     },
-    started.service.app.fetch,
+    guardRequestTarget(started.service.app.fetch, { fallbackHost: started.config.HOST, service: started.config.SERVICE_NAME }),
   );
   stopOnSignals(started, () => server.shutdown());
 } else {

@@ -1,7 +1,7 @@
 // Cloudflare Workers entry: `fetch` serves the HTTP app over a remote libSQL database (hrana over HTTP), and
 // `scheduled` (a cron trigger) runs one bounded relay pass that publishes over NATS WebSocket.
 // Nothing here, nor anything it imports, may use node:* modules: the worker is bundled without nodejs_compat.
-import { createClient, type Client } from '@libsql/client/web';
+import { createClient, LibsqlError, type Client } from '@libsql/client/web';
 import type { Hono } from 'hono';
 import { wsconnect } from '@nats-io/nats-core';
 import { ConfigError, parseConfig, type Config } from '../config.ts';
@@ -38,6 +38,23 @@ type ExecutionContext = { waitUntil(promise: Promise<unknown>): void };
 type ScheduledController = { scheduledTime: number; cron: string };
 
 const DEFAULT_RELAY_TIME_LIMIT_MS = 25_000;
+/** The longest a Cron Trigger may run (15 minutes). */
+const MAX_RELAY_TIME_LIMIT_MS = 900_000;
+
+/** RELAY_TIME_LIMIT_MS in ms (default 25 s); anything but an integer from 1 to 900000 is a ConfigError naming it. */
+export function relayTimeLimitOf(env: WorkerEnv): number {
+  const value = env.RELAY_TIME_LIMIT_MS;
+  if (value === undefined || value === '') return DEFAULT_RELAY_TIME_LIMIT_MS;
+  const ms = /^\d+$/.test(String(value)) ? Number(value) : Number.NaN;
+  if (!(ms >= 1 && ms <= MAX_RELAY_TIME_LIMIT_MS)) {
+    throw new ConfigError(`Invalid configuration: RELAY_TIME_LIMIT_MS must be an integer between 1 and ${MAX_RELAY_TIME_LIMIT_MS} (milliseconds)`);
+  }
+  return ms;
+}
+
+/** Whether `error` says the bindings are wrong: a start-up refusal, or a database URL the client would not take. */
+const isMisconfiguration = (error: unknown): error is Error =>
+  isStartUpRefusal(error) || (error instanceof LibsqlError && ['URL_INVALID', 'URL_SCHEME_NOT_SUPPORTED', 'URL_PARAM_NOT_SUPPORTED'].includes(error.code));
 
 /** String bindings only (secrets and vars); NATS_WS_URL stands in for NATS_URL, the worker's only transport. */
 function configFrom(env: WorkerEnv): Config {
@@ -85,11 +102,20 @@ function wsConnector(config: Config): ConnectNats {
  * passes. The in-process wake-up of the Node relay has no counterpart here, so events wait for the next tick.
  */
 export async function runScheduledRelay(env: WorkerEnv): Promise<RelayRunSummary> {
-  const config = configFrom(env);
+  let config: Config;
+  let timeLimitMs: number;
+  let client: Client;
+  try {
+    config = configFrom(env);
+    if (!/^wss?:\/\//.test(config.NATS_URL)) throw new ConfigError('Invalid configuration: NATS_WS_URL must be a ws:// or wss:// URL in a worker');
+    timeLimitMs = relayTimeLimitOf(env);
+    client = openRemoteClient(config);
+  } catch (error) {
+    // the tick fails with the reason in the log, as a request answers `misconfigured`
+    if (isMisconfiguration(error)) console.error(error.message);
+    throw error;
+  }
   const log = createLogger(config.LOG_LEVEL, consoleByLevel, { service: config.SERVICE_NAME, version: env.SERVICE_VERSION ?? '0.0.0' });
-  if (!/^wss?:\/\//.test(config.NATS_URL)) throw new ConfigError('Invalid configuration: NATS_WS_URL must be a ws:// or wss:// URL in a worker');
-  const client = openRemoteClient(config);
-  const timeLimitMs = Number(env.RELAY_TIME_LIMIT_MS ?? DEFAULT_RELAY_TIME_LIMIT_MS) || DEFAULT_RELAY_TIME_LIMIT_MS;
   try {
     const shared = createRoleDeps(createDatabase(client), { modules, log });
     const { relay } = createRelayRole(config, shared, {
@@ -120,22 +146,21 @@ const consoleByLevel = (line: string, level: 'debug' | 'info' | 'warn' | 'error'
 
 export default {
   async fetch(request: Request, env: WorkerEnv, ctx: ExecutionContext): Promise<Response> {
-    let config: Config;
+    let client: Client | undefined;
+    let app: Hono;
     try {
-      config = configFrom(env);
+      const config = configFrom(env);
+      client = openRemoteClient(config);
+      const log = createLogger(config.LOG_LEVEL, consoleByLevel, { service: config.SERVICE_NAME, version: env.SERVICE_VERSION ?? '0.0.0' });
+      app = createRequestApp(config, client, log, env.SERVICE_VERSION);
     } catch (error) {
-      if (!isStartUpRefusal(error)) throw error;
+      client?.close();
+      if (!isMisconfiguration(error)) throw error;
       console.error(error.message);
       return misconfigured(new URL(request.url).pathname);
     }
-    const client = openRemoteClient(config);
     try {
-      return await createRequestApp(
-        config,
-        client,
-        createLogger(config.LOG_LEVEL, consoleByLevel, { service: config.SERVICE_NAME, version: env.SERVICE_VERSION ?? '0.0.0' }),
-        env.SERVICE_VERSION,
-      ).fetch(request, env, ctx as never);
+      return await app.fetch(request, env, ctx as never);
     } finally {
       client.close();
     }

@@ -1,10 +1,8 @@
 import type { MiddlewareHandler } from 'hono';
 import { timingSafeEqual } from 'hono/utils/buffer';
-import { ConfigError } from '../config.ts';
+import { BEARER_TOKEN_SYNTAX as TOKEN_SYNTAX, ConfigError } from '../config.ts';
 import { UnauthorizedError } from '../errors.ts';
 
-/** A bearer token's syntax (RFC 6750 b64token); a token outside it could never match. */
-const TOKEN_SYNTAX = /^[A-Za-z0-9._~+/-]+=*$/;
 /** `Bearer` (an auth scheme is case-insensitive, RFC 9110), one or more spaces, then the token. */
 const BEARER_HEADER = /^bearer +(\S+)$/i;
 

@@ -1,6 +1,6 @@
 // The Cloudflare Workers entry, bundled by the pinned wrangler and run in workerd (`wrangler dev --local`), offline.
-// No libSQL server (sqld) can run on this machine, so the worker never reaches a database here: the tests cover
-// what workerd can show without one (see docs/production.md, "Edge: Cloudflare Workers").
+// These tests give the worker no reachable database: they cover the bundle, an unreachable database and the cron
+// relay's connection; test/hostile/worker-remote-db.hostile.spec.ts runs it over a libSQL server (sqld).
 import { jetstreamManager } from '@nats-io/jetstream';
 import { millis } from '@nats-io/nats-core';
 import { existsSync, readFileSync } from 'node:fs';
@@ -11,35 +11,14 @@ import { eventually } from '../support/eventually.ts';
 import { orderBody } from '../support/example-orders.ts';
 import { postJson } from '../support/http.ts';
 import { natsClient, startNats } from '../support/nats.ts';
-import { freePort, overHttp, ROOT, waitForHttp, withOutput, type ChildHandle } from '../support/process.ts';
-import { runGroupToExit, spawnGroup } from '../support/process-group.ts';
-
-const WRANGLER = join(ROOT, 'node_modules/wrangler/bin/wrangler.js');
-/** Keeps wrangler off the network: no telemetry, no update check, no download of the `Request.cf` object. */
-const OFFLINE = { WRANGLER_SEND_METRICS: 'false', WRANGLER_HIDE_BANNER: 'true', CLOUDFLARE_CF_FETCH_ENABLED: 'false' };
+import { freePort, overHttp, withOutput } from '../support/process.ts';
+import { runGroupToExit } from '../support/process-group.ts';
+import { OFFLINE, startWorker, WRANGLER } from '../support/wrangler.ts';
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
   while (cleanups.length) await cleanups.pop()!();
 });
-
-type Worker = { url: string; child: ChildHandle };
-
-/** Starts `wrangler dev --local --test-scheduled` on free ports with `vars` as bindings (wrangler runs workerd as its child). */
-async function startWorker(vars: Record<string, string>): Promise<Worker> {
-  const port = await freePort();
-  const inspector = await freePort();
-  const state = createTempDir('hono-outbox-wrangler-');
-  const args = [WRANGLER, 'dev', '--local', '--test-scheduled', '--ip', '127.0.0.1', '--port', String(port), '--inspector-port', String(inspector)];
-  args.push('--persist-to', state.dir, '--show-interactive-dev-session=false', '--log-level', 'info');
-  for (const [k, v] of Object.entries(vars)) args.push('--var', `${k}:${v}`);
-  const child = spawnGroup(process.execPath, args, { ...OFFLINE, WRANGLER_LOG_PATH: state.dir });
-  cleanups.push(() => state[Symbol.dispose]());
-  cleanups.push(async () => void (await child.kill9()));
-  const url = `http://127.0.0.1:${port}`;
-  await waitForHttp(`${url}/health`, { child, timeoutMs: 45_000 });
-  return { url, child };
-}
 
 /** A local URL where nothing listens: the database the worker is told to use cannot be reached. */
 async function closedDatabaseUrl(): Promise<string> {
@@ -68,7 +47,7 @@ describe('worker - the Workers entry bundled by wrangler and run in workerd', ()
   });
 
   it('fetch - workerd serves /health, and a command against an unreachable database answers 503 problem+json with Retry-After', async () => {
-    const worker = await startWorker({ DATABASE_URL: await closedDatabaseUrl() });
+    const worker = await startWorker({ DATABASE_URL: await closedDatabaseUrl() }, cleanups);
 
     const health = await fetch(`${worker.url}/health`);
     expect(health.status).toBe(200);
@@ -96,11 +75,14 @@ describe('worker - the Workers entry bundled by wrangler and run in workerd', ()
 
   it('scheduled - the cron relay in workerd connects to NATS over WebSocket and creates the stream, then backs off at the unreachable outbox and says so', async () => {
     await using nats = await startNats({ websocket: true });
-    const worker = await startWorker({
-      DATABASE_URL: await closedDatabaseUrl(),
-      NATS_WS_URL: `ws://127.0.0.1:${nats.wsPort}`,
-      RELAY_TIME_LIMIT_MS: '10000',
-    });
+    const worker = await startWorker(
+      {
+        DATABASE_URL: await closedDatabaseUrl(),
+        NATS_WS_URL: `ws://127.0.0.1:${nats.wsPort}`,
+        RELAY_TIME_LIMIT_MS: '10000',
+      },
+      cleanups,
+    );
 
     const tick = await fetch(`${worker.url}/__scheduled?cron=*+*+*+*+*`);
     expect(tick.status).toBe(200);

@@ -1,0 +1,60 @@
+// The production entries of every runtime over a raw socket: the request target and Host header decide the route only
+// as a URL can be made of them. What Node's entry refuses with a 400 problem (serve-node.ts, a Host that is no host)
+// must not be served as another route, or answered without problem+json, on Bun or Deno.
+import net from 'node:net';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTempDir } from '../support/db.ts';
+import { RUNTIMES, spawnService, waitForHttp, type Runtime, type ServiceHandle } from '../support/process.ts';
+
+type Raw = { status: number; head: string; body: string };
+
+function raw(port: number, request: string): Promise<Raw> {
+  return new Promise((resolve, reject) => {
+    let out = '';
+    const s = net.connect(port, '127.0.0.1', () => s.write(request));
+    s.setEncoding('latin1').on('data', (d: string) => (out += d));
+    s.on('error', reject);
+    s.setTimeout(5000, () => s.destroy());
+    s.on('close', () => {
+      const i = out.indexOf('\r\n\r\n');
+      const head = i < 0 ? out : out.slice(0, i);
+      let body = i < 0 ? '' : out.slice(i + 4);
+      if (/\r\ntransfer-encoding: chunked/i.test(head)) body = body.replace(/^[0-9a-f]+\r\n|\r\n0\r\n\r\n$/g, '');
+      resolve({ status: Number(head.split(' ')[1]), head, body });
+    });
+  });
+}
+
+const contentType = (r: Raw) => /\r\ncontent-type: ([^\r]*)/i.exec(r.head)?.[1];
+
+describe.each(RUNTIMES)('runtime %s - Host headers and request targets', (runtime: Runtime) => {
+  let service: ServiceHandle;
+  let tmp: { dir: string; [Symbol.dispose](): void };
+  beforeAll(async () => {
+    tmp = createTempDir();
+    service = await spawnService(runtime, `src/entry/${runtime}.ts`, { DATABASE_URL: `file:${join(tmp.dir, 'app.db')}`, ROLES: 'api', LOG_LEVEL: 'warn' });
+    await waitForHttp(`${service.url}/health`, { child: service, timeoutMs: 30_000 });
+  }, 40_000);
+  afterAll(async () => {
+    await service?.kill9();
+    tmp?.[Symbol.dispose]();
+  });
+
+  it('an HTTP/1.0 request without a Host header to /health answers 200 {"status":"ok"}', async () => {
+    const res = await raw(service.port, 'GET /health HTTP/1.0\r\n\r\n');
+    expect(res.status, res.head + res.body).toBe(200);
+    expect(JSON.parse(res.body)).toEqual({ status: 'ok' });
+  });
+
+  it.each([
+    ['a Host with userinfo (a@b) on /health', 'GET /health HTTP/1.1\r\nHost: a@b\r\nConnection: close\r\n\r\n'],
+    ['a Host carrying a path and query (x/metrics?) on /orders/abc', 'GET /orders/abc HTTP/1.1\r\nHost: x/metrics?\r\nConnection: close\r\n\r\n'],
+    ['a Host carrying a path (x/openapi.json#) on /orders/abc', 'GET /orders/abc HTTP/1.1\r\nHost: x/openapi.json#\r\nConnection: close\r\n\r\n'],
+  ])('%s answers 400 application/problem+json, never another route', async (_label, request) => {
+    const res = await raw(service.port, request);
+    expect(res.status, res.head + res.body.slice(0, 300)).toBe(400);
+    expect(contentType(res)).toBe('application/problem+json');
+    expect(JSON.parse(res.body)).toMatchObject({ status: 400, type: expect.any(String), title: expect.any(String) });
+  });
+});

@@ -1,0 +1,30 @@
+// The pinned wrangler, run offline: `wrangler dev --local` serves src/entry/worker.ts in workerd.
+import { join } from 'node:path';
+import { createTempDir } from './db.ts';
+import { freePort, ROOT, waitForHttp, type ChildHandle } from './process.ts';
+import { spawnGroup } from './process-group.ts';
+
+export const WRANGLER = join(ROOT, 'node_modules/wrangler/bin/wrangler.js');
+/** Keeps wrangler off the network: no telemetry, no update check, no download of the `Request.cf` object. */
+export const OFFLINE = { WRANGLER_SEND_METRICS: 'false', WRANGLER_HIDE_BANNER: 'true', CLOUDFLARE_CF_FETCH_ENABLED: 'false' };
+
+export type Worker = { url: string; child: ChildHandle };
+
+/**
+ * Starts `wrangler dev --local --test-scheduled` on free ports with `vars` as bindings (wrangler runs workerd as its
+ * child) and waits for /health to answer; what stops it and removes its state is pushed onto `cleanups`.
+ */
+export async function startWorker(vars: Record<string, string>, cleanups: Array<() => Promise<void> | void>): Promise<Worker> {
+  const port = await freePort();
+  const inspector = await freePort();
+  const state = createTempDir('hono-outbox-wrangler-');
+  const args = [WRANGLER, 'dev', '--local', '--test-scheduled', '--ip', '127.0.0.1', '--port', String(port), '--inspector-port', String(inspector)];
+  args.push('--persist-to', state.dir, '--show-interactive-dev-session=false', '--log-level', 'info');
+  for (const [k, v] of Object.entries(vars)) args.push('--var', `${k}:${v}`);
+  const child = spawnGroup(process.execPath, args, { ...OFFLINE, WRANGLER_LOG_PATH: state.dir });
+  cleanups.push(() => state[Symbol.dispose]());
+  cleanups.push(async () => void (await child.kill9()));
+  const url = `http://127.0.0.1:${port}`;
+  await waitForHttp(`${url}/health`, { child, timeoutMs: 45_000 });
+  return { url, child };
+}
