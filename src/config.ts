@@ -39,8 +39,18 @@ export const BEARER_TOKEN_SYNTAX = /^[A-Za-z0-9._~+/-]+=*$/;
  */
 export function libsqlUrlProblem(url: string): string | undefined {
   try {
-    const expanded = expandConfig({ url }, false);
-    if (expanded.scheme !== 'file' && !expanded.authority?.host) return 'a libSQL server URL with a host, such as libsql://db.example.com';
+    const { scheme, authority, tls } = expandConfig({ url }, false);
+    if (scheme === 'file') {
+      // what the local client refuses: a file URL's authority may only be empty or localhost, with no port or user
+      const host = authority?.host.toLowerCase();
+      if (host !== undefined && host !== '' && host !== 'localhost')
+        return 'a file URL with a relative path (file:./data/app.db) or an absolute one (file:/abs/app.db or file:///abs/app.db), not a host';
+      if (authority?.port !== undefined || authority?.userinfo !== undefined) return 'a file URL without a port or user';
+      return undefined;
+    }
+    if (!authority?.host) return 'a libSQL server URL with a host, such as libsql://db.example.com';
+    // what the remote clients refuse: ?tls=1 on http: or ws:, ?tls=0 on https: or wss:
+    if (tls !== (scheme === 'https' || scheme === 'wss')) return `a ${scheme}: URL without ?tls=${tls ? 1 : 0} (the scheme decides TLS)`;
     return undefined;
   } catch (error) {
     return `a libSQL URL the client accepts (${error instanceof Error ? error.message.replace(/^[A-Z_]+: /, '') : String(error)})`;

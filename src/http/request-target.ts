@@ -6,8 +6,11 @@ import { BadRequestError, toProblem } from '../errors.ts';
 
 type Fetch = (request: Request, ...rest: never[]) => Response | Promise<Response>;
 
-/** A host (a name or an IPv4 address) and a port of four or five digits: what needs no further check. */
-const PLAIN_HOST = /^[a-z0-9._-]+(?::(?:[1-5]\d{3,4}|[6-9]\d{3}))?$/;
+/**
+ * A host name with a letter in it and a port of four or five digits: what needs no further check. An address of
+ * digits and dots goes through the URL parser, which refuses 1.2.3.256 and 4294967296.
+ */
+const PLAIN_HOST = /^(?=[^:]*[a-z_-])[a-z0-9._-]+(?::(?:[1-5]\d{3,4}|[6-9]\d{3}))?$/;
 
 /**
  * True when `host` (a Host header) names a host, with an optional port, and nothing else: the URL made of it has that
@@ -46,3 +49,11 @@ export function guardRequestTarget<F extends Fetch>(fetch: F, options: { fallbac
   };
   return guarded as F;
 }
+
+/**
+ * True for the TypeError `new Request()` throws for a URL it will not take (one the URL parser refuses, or one with a
+ * user): Node's adapter builds the Request only when the app first reads it, so a Host its quick check lets through
+ * (1.2.3.256) or an absolute-form target with a user (http://a@x/health) fails there, inside the app.
+ */
+export const isUnbuildableRequest = (error: unknown): boolean =>
+  error instanceof TypeError && /^(Failed to parse URL from |Request cannot be constructed from a URL that includes credentials)/.test(error.message);

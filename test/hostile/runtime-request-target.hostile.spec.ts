@@ -1,10 +1,13 @@
 // The production entries of every runtime over a raw socket: the request target and Host header decide the route only
 // as a URL can be made of them. What Node's entry refuses with a 400 problem (serve-node.ts, a Host that is no host)
-// must not be served as another route, or answered without problem+json, on Bun or Deno.
+// must not be served as another route, or answered without problem+json, on Bun or Deno; Host values at the edges and
+// absolute-form targets are served on the request target's route or refused with a 400 problem, never a 500; a body
+// sent without a Host header still reaches the app.
 import net from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTempDir } from '../support/db.ts';
+import { orderBody } from '../support/example-orders.ts';
 import { RUNTIMES, spawnService, waitForHttp, type Runtime, type ServiceHandle } from '../support/process.ts';
 
 type Raw = { status: number; head: string; body: string };
@@ -56,5 +59,65 @@ describe.each(RUNTIMES)('runtime %s - Host headers and request targets', (runtim
     expect(res.status, res.head + res.body.slice(0, 300)).toBe(400);
     expect(contentType(res)).toBe('application/problem+json');
     expect(JSON.parse(res.body)).toMatchObject({ status: 400, type: expect.any(String), title: expect.any(String) });
+  });
+
+  it.each([
+    ['an IPv4 address with an octet over 255 (1.2.3.256)', '1.2.3.256'],
+    ['a number too large for an IPv4 address (4294967296)', '4294967296'],
+    ['an empty port (x:)', 'x:'],
+    ['an IPv6 address with an empty port ([::1]:)', '[::1]:'],
+    ['port 0 (x:0)', 'x:0'],
+    ['an uppercase name and port (LOCALHOST:8080)', 'LOCALHOST:8080'],
+    ['a trailing dot (localhost.)', 'localhost.'],
+    ['a comma (a,b)', 'a,b'],
+    ['a zero-padded port (x:00080)', 'x:00080'],
+    ['a port over 65535 (x:65536)', 'x:65536'],
+    ['an unclosed IPv6 bracket ([::1)', '[::1'],
+  ])('GET /health with Host %s answers 200 {"status":"ok"} or a 400 problem, never another answer', async (_label, host) => {
+    const res = await raw(service.port, `GET /health HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+    if (res.status === 400) expect(contentType(res), res.head + res.body.slice(0, 300)).toBe('application/problem+json');
+    else {
+      expect(res.status, res.head + res.body.slice(0, 300)).toBe(200);
+      expect(JSON.parse(res.body)).toEqual({ status: 'ok' });
+    }
+  });
+
+  it.each([
+    ['an empty Host header', 'GET /health HTTP/1.1\r\nHost: \r\nConnection: close\r\n\r\n'],
+    ['an empty Host header on a two-segment path', 'GET /orders/abc HTTP/1.1\r\nHost: \r\nConnection: close\r\n\r\n'],
+    ['an HTTP/1.0 request without Host on a two-segment path', 'GET /orders/abc HTTP/1.0\r\n\r\n'],
+    ['an uppercase IPv6 Host ([::ABCD]:8080)', 'GET /orders/abc HTTP/1.1\r\nHost: [::ABCD]:8080\r\nConnection: close\r\n\r\n'],
+  ])('%s is routed on the request target: GET /orders/abc answers 404/400 problem, /health 200', async (_label, request) => {
+    const res = await raw(service.port, request);
+    const onHealth = request.startsWith('GET /health');
+    if (onHealth) {
+      expect(res.status, res.head + res.body.slice(0, 300)).toBe(200);
+      expect(JSON.parse(res.body)).toEqual({ status: 'ok' });
+    } else {
+      expect([400, 404], res.head + res.body.slice(0, 300)).toContain(res.status);
+      expect(contentType(res)).toBe('application/problem+json');
+    }
+  });
+
+  it('a POST /orders with a JSON body over HTTP/1.0 without a Host header answers 201 and stores the order', async () => {
+    const body = JSON.stringify(orderBody());
+    const res = await raw(service.port, `POST /orders HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    expect(res.status, res.head + res.body.slice(0, 300)).toBe(201);
+    const created = JSON.parse(res.body) as { id?: string; orderId?: string };
+    const id = created.id ?? created.orderId;
+    const got = await fetch(`${service.url}/orders/${id}`);
+    expect(got.status).toBe(200);
+  });
+
+  it('an absolute-form request target (GET http://x/health) answers 200 {"status":"ok"}', async () => {
+    const res = await raw(service.port, `GET http://x/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
+    expect(res.status, res.head + res.body.slice(0, 300)).toBe(200);
+    expect(JSON.parse(res.body)).toEqual({ status: 'ok' });
+  });
+
+  it('an absolute-form target with userinfo (GET http://a@x/health) answers 200 or a 400 problem, never another answer', async () => {
+    const res = await raw(service.port, `GET http://a@x/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
+    if (res.status === 400) expect(contentType(res), res.head + res.body.slice(0, 300)).toBe('application/problem+json');
+    else expect(res.status, res.head + res.body.slice(0, 300)).toBe(200);
   });
 });
