@@ -5,7 +5,7 @@ import { describeRoute } from 'hono-openapi';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import { isBusyError, isDatabaseUnreachable } from './db/busy.ts';
 import type { Deps } from './deps.ts';
-import { AppError, BadRequestError, NotFoundError, ServiceUnavailableError, toProblem } from './errors.ts';
+import { AppError, NotFoundError, ServiceUnavailableError, toProblem } from './errors.ts';
 import { mountApiDescription } from './http/api-description.ts';
 import { bodyLimit } from './http/body-limit.ts';
 import type { Context } from './http/define-context.ts';
@@ -15,7 +15,7 @@ import { observeRequests } from './http/observe-requests.ts';
 import { serverSpanOf } from './http/server-span.ts';
 import type { Metrics } from './metrics/metrics.ts';
 import { readOutboxStats } from './outbox/outbox-stats.ts';
-import { isUnbuildableRequest } from './http/request-target.ts';
+import { badRequestTarget, isUnbuildableRequest } from './http/request-target.ts';
 import { DEFAULT_SERVICE_NAME } from './service-name.ts';
 import { traceFields } from './telemetry/trace-context.ts';
 
@@ -112,7 +112,7 @@ const describeReady = describeRoute({
 
 function toAppError(error: unknown): AppError {
   if (error instanceof AppError) return error;
-  if (isUnbuildableRequest(error)) return new BadRequestError('The request target or Host header does not form a valid URL.');
+  if (isUnbuildableRequest(error)) return badRequestTarget();
   if (isBusyError(error)) return new ServiceUnavailableError('The database is busy; retry shortly.', 1);
   if (isDatabaseUnreachable(error)) return new ServiceUnavailableError('The database cannot be reached; retry shortly.', 1);
   if (error instanceof HTTPException) {

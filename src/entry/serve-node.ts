@@ -1,7 +1,7 @@
 import { getRequestListener, RequestError } from '@hono/node-server';
 import { createServer } from 'node:http';
-import { AppError, BadRequestError, toProblem } from '../errors.ts';
-import { isUnbuildableRequest } from '../http/request-target.ts';
+import { AppError } from '../errors.ts';
+import { badRequestTarget, isUnbuildableRequest, problemResponse } from '../http/request-target.ts';
 import { httpPort, type Started } from './boot.ts';
 
 /** Serves `started.service.app` with @hono/node-server when this process has a port; returns the close function. */
@@ -24,13 +24,7 @@ export function serveOnNode(started: Started): () => Promise<void> {
 
 /** A request @hono/node-server could not build is a 400 problem; anything else thrown before the app answered, a 500. */
 function adapterProblem(error: unknown, started: Started): Response {
-  const bad = error instanceof RequestError || isUnbuildableRequest(error);
-  const problem = bad
-    ? new BadRequestError('The request target or Host header does not form a valid URL.')
-    : new AppError(500, 'internal', 'Internal error', 'The request could not be processed.');
-  if (!bad) started.log.error('request failed in the HTTP adapter', { error });
-  return new Response(JSON.stringify(toProblem(problem, undefined, started.config.SERVICE_NAME)), {
-    status: problem.status,
-    headers: { 'Content-Type': 'application/problem+json' },
-  });
+  if (error instanceof RequestError || isUnbuildableRequest(error)) return problemResponse(badRequestTarget(), started.config.SERVICE_NAME);
+  started.log.error('request failed in the HTTP adapter', { error });
+  return problemResponse(new AppError(500, 'internal', 'Internal error', 'The request could not be processed.'), started.config.SERVICE_NAME);
 }

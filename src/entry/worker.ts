@@ -42,7 +42,7 @@ const DEFAULT_RELAY_TIME_LIMIT_MS = 25_000;
 const MAX_RELAY_TIME_LIMIT_MS = 900_000;
 
 /** RELAY_TIME_LIMIT_MS in ms (default 25 s); anything but an integer from 1 to 900000 is a ConfigError naming it. */
-export function relayTimeLimitOf(env: WorkerEnv): number {
+function relayTimeLimitOf(env: WorkerEnv): number {
   const value = env.RELAY_TIME_LIMIT_MS;
   if (value === undefined || value === '') return DEFAULT_RELAY_TIME_LIMIT_MS;
   const ms = /^\d+$/.test(String(value)) ? Number(value) : Number.NaN;

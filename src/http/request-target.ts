@@ -2,7 +2,7 @@
 // target. Node's adapter refuses a Host it cannot make that URL of; Deno and Bun build one anyway (Deno turns
 // `Host: x/metrics?` into http://x/metrics?/orders/1, a request for /metrics) or give a bare path (Bun, with no or a
 // bad Host). This check gives them Node's answers, so the route is always the request target's.
-import { BadRequestError, toProblem } from '../errors.ts';
+import { type AppError, BadRequestError, toProblem } from '../errors.ts';
 
 type Fetch = (request: Request, ...rest: never[]) => Response | Promise<Response>;
 
@@ -28,6 +28,17 @@ export function isHostHeader(host: string): boolean {
   return url.hostname === name.toLowerCase() && url.pathname === '/' && url.search === '' && url.hash === '';
 }
 
+/** `problem` as a problem+json Response without `instance`: for what is answered before the app (no path to trust). */
+export function problemResponse(problem: AppError, service: string): Response {
+  return new Response(JSON.stringify(toProblem(problem, undefined, service)), {
+    status: problem.status,
+    headers: { 'Content-Type': 'application/problem+json' },
+  });
+}
+
+/** The error a request no URL can be made of is answered with. */
+export const badRequestTarget = () => new BadRequestError('The request target or Host header does not form a valid URL.');
+
 /**
  * Wraps a runtime's `fetch` handler (Deno.serve, Bun.serve): a request whose Host header is no host gets a 400
  * problem+json (as Node's adapter answers it) and never reaches the app; a request the runtime gave a bare path
@@ -35,14 +46,13 @@ export function isHostHeader(host: string): boolean {
  */
 export function guardRequestTarget<F extends Fetch>(fetch: F, options: { fallbackHost: string; service: string }): F {
   const fallback = options.fallbackHost.includes(':') && !options.fallbackHost.startsWith('[') ? `[${options.fallbackHost}]` : options.fallbackHost;
+  // the last Host that passed: a server sees the same one request after request, so it is checked once
+  let accepted = '';
   const guarded = (request: Request, ...rest: never[]) => {
     const host = request.headers.get('host');
-    if (host !== null && host !== '' && !isHostHeader(host)) {
-      const problem = new BadRequestError('The request target or Host header does not form a valid URL.');
-      return new Response(JSON.stringify(toProblem(problem, undefined, options.service)), {
-        status: problem.status,
-        headers: { 'Content-Type': 'application/problem+json' },
-      });
+    if (host !== null && host !== '' && host !== accepted) {
+      if (!isHostHeader(host)) return problemResponse(badRequestTarget(), options.service);
+      accepted = host;
     }
     if (request.url.startsWith('/')) return fetch(new Request(`http://${host || fallback}${request.url}`, request), ...rest);
     return fetch(request, ...rest);
