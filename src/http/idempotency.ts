@@ -1,6 +1,14 @@
 import type { Context } from 'hono';
 import { sqlOf, type Tx } from '../db/open-database.ts';
 import { BadRequestError, IdempotencyConflictError, type AppError } from '../errors.ts';
+import { storedText, textOrBytes } from '../db/column-guards.ts';
+
+/**
+ * A key's stored response. Its text is read through guards: bytes that are no UTF-8 (a script's edit) would abort the
+ * process in the driver.
+ */
+const STORED_RESPONSE_SQL = `SELECT ${textOrBytes('fingerprint')} AS fingerprint, status_code, ${textOrBytes('response_body')} AS response_body,
+  ${textOrBytes('location')} AS location FROM idempotency_keys WHERE key = ?`;
 
 /** A command's answer to send (and, when 2xx, to store under its Idempotency-Key). */
 export type CommandResponse = { status: number; body: unknown; location?: string };
@@ -41,14 +49,18 @@ export async function runIdempotent(
     return 'problem' in res ? res : { ...res, replayed: false };
   }
   const run = sqlOf(tx);
-  const stored = (await run.execute({ sql: 'SELECT fingerprint, status_code, response_body, location FROM idempotency_keys WHERE key = ?', args: [key.key] }))
-    .rows[0];
+  const stored = (await run.execute({ sql: STORED_RESPONSE_SQL, args: [key.key] })).rows[0];
   if (stored) {
-    if (stored.fingerprint !== key.fingerprint) return { problem: new IdempotencyConflictError() };
+    const [fingerprint, body, location] = [stored.fingerprint, stored.response_body, stored.location].map((v) => (v === null ? null : storedText(v)));
+    if (fingerprint === undefined || body === undefined || location === undefined) {
+      // the command ran once already: running it again would repeat it, so the request fails (500) instead
+      throw new Error(`the stored response of idempotency key ${JSON.stringify(key.key)} holds bytes that are not UTF-8 text`);
+    }
+    if (fingerprint !== key.fingerprint) return { problem: new IdempotencyConflictError() };
     return {
       status: Number(stored.status_code),
-      body: JSON.parse(String(stored.response_body)),
-      ...(stored.location ? { location: String(stored.location) } : {}),
+      body: JSON.parse(String(body)),
+      ...(location ? { location } : {}),
       replayed: true,
     };
   }

@@ -5,7 +5,7 @@ import { sleep } from '../worker/sleep.ts';
 import { applyOnce, describeError, type InboxDeps } from './handle-once.ts';
 import { decodeMessage, type InboxMessage } from './inbox-message.ts';
 import { deleteDeadLetter, recordReplayError } from './inbox-store.ts';
-import { bytesFromHex, integerOrNull, textOf, timeMsOrNull } from '../db/column-guards.ts';
+import { bytesFromHex, hexOf, hexUnlessPlain, integerOrNull, storedText, textOf, textOrBytes, timeMsOrNull } from '../db/column-guards.ts';
 
 /** A message a subscriber gave up on, with the stored copy replay works from. */
 export type DeadLetter = {
@@ -23,16 +23,24 @@ export type DeadLetter = {
   deadAt: number | null;
   /** The dead_at column's value as stored, which pages are ordered and resumed by. */
   key: DeadAtKey;
+  /** The event_id column's value as stored, which pages are ordered and resumed by after `key`. */
+  idKey: EventIdKey;
 };
+
+/** Text a script stored that is no valid UTF-8, as its bytes in the database's encoding. */
+export type StoredTextBytes = { textBytes: Uint8Array };
 
 /**
  * A dead_at value as stored, bound back as it is so a page resumes exactly after it: a number (what the subscriber
- * writes), or — for a row a script wrote — an integer past 2^53, a text or a blob.
+ * writes), or — for a row a script wrote — an integer past 2^53, a text (as its bytes when it is no UTF-8) or a blob.
  */
-export type DeadAtKey = number | bigint | string | Uint8Array;
+export type DeadAtKey = number | bigint | string | Uint8Array | StoredTextBytes;
+
+/** An event_id as stored: the text, or (a script's row) a blob or the bytes of text that is no valid UTF-8. */
+export type EventIdKey = string | Uint8Array | StoredTextBytes;
 
 /** Where a page of dead letters starts: after this one (they are ordered by time of death, then event id). */
-export type DeadLetterCursor = { deadAt: DeadAtKey; eventId: string };
+export type DeadLetterCursor = { deadAt: DeadAtKey; eventId: EventIdKey };
 
 /** Which dead letters of a consumer to list: `limit` of them after `after` (from the oldest without it), filtered. */
 export type DeadLetterQuery = {
@@ -60,42 +68,63 @@ const TYPE_OF = `CASE WHEN json_valid(payload) AND json_type(payload, '$.type') 
  * Columns a script may fill with anything are read through guards, so one odd row is listed and replayed rather
  * than failing the page (the driver refuses an integer past 2^53 as a number): the headers as `{}` unless a JSON
  * object, deliveries and the time of death as NULL unless a count and a time, and dead_at once more as it is stored
- * (`dead_at_type`, `dead_at_raw`: an integer as its decimal text, a blob in hex) for the page's cursor.
+ * (`dead_at_type`, `dead_at_raw`: an integer as its decimal text, a blob or text other than printable ASCII in hex)
+ * for the page's cursor, and event_id once more in hex when it is such text or a blob (`event_id_hex`). Text is read
+ * through textOrBytes, since the driver aborts the process on text that is no UTF-8: such bytes show as U+FFFD, and the
+ * cursor carries the stored bytes, so the next page resumes exactly after them.
  */
-const COLUMNS = `event_id, consumer, subject, CASE WHEN ${HEADERS_OK} THEN headers ELSE '{}' END AS headers, payload, error,
+const COLUMNS = `${textOrBytes('event_id')} AS event_id, ${textOrBytes('consumer')} AS consumer, ${textOrBytes('subject')} AS subject,
+  ${textOrBytes(`CASE WHEN ${HEADERS_OK} THEN headers ELSE '{}' END`)} AS headers, ${textOrBytes('payload')} AS payload, ${textOrBytes('error')} AS error,
   ${integerOrNull('deliveries', 0)} AS deliveries, ${timeMsOrNull('dead_at')} AS dead_at_ms, typeof(dead_at) AS dead_at_type,
-  CASE typeof(dead_at) WHEN 'integer' THEN CAST(dead_at AS TEXT) WHEN 'blob' THEN hex(dead_at) ELSE dead_at END AS dead_at_raw,
-  ${TYPE_OF} AS type`;
+  CASE typeof(dead_at) WHEN 'integer' THEN CAST(dead_at AS TEXT) WHEN 'blob' THEN hex(dead_at) ELSE ${textOrBytes('dead_at')} END AS dead_at_raw,
+  ${hexUnlessPlain('dead_at')} AS dead_at_hex,
+  typeof(event_id) AS event_id_type, ${hexUnlessPlain('event_id')} AS event_id_hex,
+  ${textOrBytes(`(${TYPE_OF})`)} AS type`;
 
 /**
  * A key is bound as a parameter, except ±Infinity (a REAL a script may store), which the driver refuses to bind:
  * `:afterInf` 1 or -1 stands for it in SQL. A first page starts after -Infinity (-1 with an empty event id), below
  * every number SQLite stores (text and blobs sort above numbers), so it misses none.
  */
-const AFTER_KEY = `CASE :afterInf WHEN 1 THEN 9e999 WHEN -1 THEN -9e999 ELSE :afterAt END`;
+const AFTER_KEY = `CASE :afterInf WHEN 1 THEN 9e999 WHEN -1 THEN -9e999 WHEN 2 THEN CAST(unhex(:afterAt) AS TEXT) ELSE :afterAt END`;
+
+/** The event id a page starts after: bound as it is, or (`:afterIdText` 1) text given by its stored bytes in hex. */
+const AFTER_ID = `CASE :afterIdText WHEN 1 THEN CAST(unhex(:afterId) AS TEXT) ELSE :afterId END`;
 
 /**
  * A page of one consumer's dead letters: a keyset range of idx_dead_letters_consumer_dead_at (never OFFSET, so
  * every page costs the same and rows deleted or added between pages shift nothing); see AFTER_KEY for where a page
- * starts. Filters are checked on the rows the range walks.
+ * starts. Filters are checked on the rows the range walks. ORDER BY names the table's columns: a bare name would
+ * mean COLUMNS' guarded expression of that name, which no index holds.
  */
 export const DEAD_LETTER_PAGE_SQL = `
   SELECT ${COLUMNS} FROM dead_letters
-  WHERE consumer = :consumer AND (dead_at, event_id) > (${AFTER_KEY}, :afterId)
+  WHERE consumer = :consumer AND (dead_at, event_id) > (${AFTER_KEY}, ${AFTER_ID})
     AND (:type IS NULL OR ${TYPE_OF} = :type)
     AND (:q IS NULL OR instr(lower(error), lower(:q)) > 0)
-  ORDER BY dead_at, event_id
+  ORDER BY dead_letters.dead_at, dead_letters.event_id
   LIMIT :limit`;
 
+/** Whether a key is text given by its stored bytes. */
+export const isTextBytes = (key: unknown): key is StoredTextBytes => typeof key === 'object' && key !== null && 'textBytes' in key;
+
 /** dead_at as stored (see COLUMNS): what a cursor binds to resume after this row. */
-function keyOf(type: unknown, raw: unknown): DeadAtKey {
+function keyOf(type: unknown, raw: unknown, hex: unknown): DeadAtKey {
   if (type === 'integer') {
     const n = BigInt(String(raw));
     return n >= -BigInt(Number.MAX_SAFE_INTEGER) && n <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(n) : n;
   }
   if (type === 'blob') return bytesFromHex(String(raw));
   if (type === 'real') return Number(raw);
-  return String(raw);
+  return textKeyOf(raw, hex);
+}
+
+/** A text column read through textOrBytes, as stored: its text, or its stored bytes (hex) when it holds no valid text. */
+const textKeyOf = (raw: unknown, hex: unknown): string | StoredTextBytes => storedText(raw) ?? { textBytes: bytesFromHex(String(hex)) };
+
+/** event_id as stored (see COLUMNS): the text, a blob's bytes, or the bytes of text that is no valid UTF-8. */
+function idKeyOf(type: unknown, raw: unknown, hex: unknown): EventIdKey {
+  return type === 'blob' ? bytesFromHex(String(hex)) : textKeyOf(raw, hex);
 }
 
 function toDeadLetter(r: Row): DeadLetter {
@@ -104,25 +133,28 @@ function toDeadLetter(r: Row): DeadLetter {
     consumer: textOf(r.consumer),
     subject: textOf(r.subject),
     type: r.type === null ? null : textOf(r.type),
-    headers: JSON.parse(String(r.headers)) as Record<string, string>,
+    headers: JSON.parse(textOf(r.headers)) as Record<string, string>,
     payload: textOf(r.payload),
     error: textOf(r.error),
     deliveries: r.deliveries === null ? null : Number(r.deliveries),
     deadAt: r.dead_at_ms === null ? null : Number(r.dead_at_ms),
-    key: keyOf(r.dead_at_type, r.dead_at_raw),
+    key: keyOf(r.dead_at_type, r.dead_at_raw, r.dead_at_hex),
+    idKey: idKeyOf(r.event_id_type, r.event_id, r.event_id_hex),
   };
 }
 
 /** Reads one page of `consumer`'s dead letters (see DEAD_LETTER_PAGE_SQL). */
 export async function pageDeadLetters(db: Database, consumer: string, query: DeadLetterQuery): Promise<DeadLetterPage> {
   const after = query.after?.deadAt;
+  const afterId = query.after?.eventId;
   const rs = await db.$client.execute({
     sql: DEAD_LETTER_PAGE_SQL,
     args: {
       consumer,
-      afterInf: after === undefined || after === Number.NEGATIVE_INFINITY ? -1 : after === Number.POSITIVE_INFINITY ? 1 : 0,
-      afterAt: after === undefined || (typeof after === 'number' && !Number.isFinite(after)) ? 0 : after,
-      afterId: query.after?.eventId ?? '',
+      afterInf: after === undefined || after === Number.NEGATIVE_INFINITY ? -1 : after === Number.POSITIVE_INFINITY ? 1 : isTextBytes(after) ? 2 : 0,
+      afterAt: after === undefined || (typeof after === 'number' && !Number.isFinite(after)) ? 0 : isTextBytes(after) ? hexOf(after.textBytes) : after,
+      afterIdText: isTextBytes(afterId) ? 1 : 0,
+      afterId: afterId === undefined ? '' : isTextBytes(afterId) ? hexOf(afterId.textBytes) : afterId,
       type: query.type ?? null,
       q: query.q ?? null,
       // one more than asked: whether it comes back says whether there is a next page
@@ -131,7 +163,7 @@ export async function pageDeadLetters(db: Database, consumer: string, query: Dea
   });
   const items = rs.rows.slice(0, query.limit).map(toDeadLetter);
   const last = items.at(-1);
-  return { items, next: rs.rows.length > query.limit && last ? { deadAt: last.key, eventId: last.eventId } : undefined };
+  return { items, next: rs.rows.length > query.limit && last ? { deadAt: last.key, eventId: last.idKey } : undefined };
 }
 
 /** Every dead letter of `consumer`, page by page, oldest first. */
@@ -183,12 +215,12 @@ export async function deleteDeadLetters(
       const rs = await sqlOf(tx).execute(
         eventId === undefined
           ? {
-              sql: 'DELETE FROM dead_letters WHERE rowid IN (SELECT rowid FROM dead_letters WHERE consumer = ? LIMIT ?) RETURNING event_id',
+              sql: `DELETE FROM dead_letters WHERE rowid IN (SELECT rowid FROM dead_letters WHERE consumer = ? LIMIT ?) RETURNING ${textOrBytes('event_id')} AS event_id`,
               args: [consumer, DELETE_BATCH],
             }
-          : { sql: 'DELETE FROM dead_letters WHERE consumer = ? AND event_id = ? RETURNING event_id', args: [consumer, eventId] },
+          : { sql: `DELETE FROM dead_letters WHERE consumer = ? AND event_id = ? RETURNING ${textOrBytes('event_id')} AS event_id`, args: [consumer, eventId] },
       );
-      return rs.rows.map((r) => String(r.event_id));
+      return rs.rows.map((r) => textOf(r.event_id));
     });
     deleted += ids.length;
     if (ids.length > 0) onDeleted(ids);
@@ -235,7 +267,15 @@ export async function replayDeadLetter(deps: ReplayDeps, eventId: string): Promi
 
 const emptyReport = (): ReplayReport => ({ replayed: [], duplicates: [], failed: [], notFound: [] });
 
+/** Why a dead letter whose event id is no text is not replayed. */
+const ID_NOT_TEXT =
+  'not replayed: its event_id holds no UTF-8 text (a blob, or bytes a script stored; shown with U+FFFD), so no id can name it; correct event_id in the subscriber database, then replay it';
+
 async function replayOne(deps: ReplayDeps, dead: DeadLetter, report: ReplayReport): Promise<void> {
+  if (typeof dead.idKey !== 'string') {
+    report.failed.push({ eventId: dead.eventId, error: ID_NOT_TEXT });
+    return;
+  }
   const key = { eventId: dead.eventId, consumer: deps.consumer };
   const msg: InboxMessage = {
     subject: dead.subject,

@@ -1,5 +1,6 @@
 import type { SqlRunner } from '../db/open-database.ts';
 import { DB_NOW_MS_SQL } from '../leases/lease-store.ts';
+import { textOf, textOrBytes } from '../db/column-guards.ts';
 
 /** How the instances of one subscriber share it: one consumer active in one of them, or one consumer per outbox partition. */
 export type SubscriberMode = { partitioned: false } | { partitioned: true; partitions: number };
@@ -31,12 +32,14 @@ export async function enterMode(tx: SqlRunner, o: { subscriber: string; mode: Su
   const range = [prefixOf(o.subscriber), prefixEndOf(o.subscriber)];
   await tx.execute({ sql: 'DELETE FROM lease_members WHERE scope >= ?1 AND scope < ?2 AND expires_at < ?3', args: [...range, now - o.ttlMs] });
   const others = await tx.execute({
-    sql: 'SELECT scope, owner FROM lease_members WHERE scope >= ?1 AND scope < ?2 AND scope <> ?3 AND expires_at > ?4 ORDER BY scope, owner',
+    sql: `SELECT ${textOrBytes('scope')} AS scope, ${textOrBytes('owner')} AS owner FROM lease_members
+          WHERE scope >= ?1 AND scope < ?2 AND scope <> ?3 AND expires_at > ?4 ORDER BY lease_members.scope, lease_members.owner`,
     args: [...range, mine, now],
   });
   if (others.rows.length > 0) {
-    const otherMode = String(others.rows[0]!.scope).slice(prefixOf(o.subscriber).length);
-    return { entered: false, otherMode, instances: others.rows.map((r) => String(r.owner)) };
+    // read through guards: a script's bytes that are no UTF-8 would abort the process in the driver
+    const otherMode = textOf(others.rows[0]!.scope).slice(prefixOf(o.subscriber).length);
+    return { entered: false, otherMode, instances: others.rows.map((r) => textOf(r.owner)) };
   }
   await tx.execute({
     sql: `INSERT INTO lease_members (scope, owner, expires_at, joined_at) VALUES (?1, ?2, ?3, ?4)

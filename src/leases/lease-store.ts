@@ -1,4 +1,5 @@
 import type { Transaction } from '@libsql/client';
+import { textOf, textOrBytes } from '../db/column-guards.ts';
 
 /** The database's clock in ms: one clock for every instance, whatever host it runs on (also through a remote URL). */
 export const DB_NOW_MS_SQL = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER)";
@@ -58,19 +59,23 @@ export async function claimLeases(tx: Transaction, input: ClaimInput): Promise<C
   // members gone for a whole TTL are forgotten; their leases stay as they are, free once expired
   await tx.execute({ sql: 'DELETE FROM lease_members WHERE scope = ?1 AND expires_at < ?2', args: [scope, nowMs - ttlMs] });
   const memberRows = (
-    await tx.execute({ sql: 'SELECT owner, expires_at FROM lease_members WHERE scope = ?1 AND expires_at > ?2 ORDER BY owner', args: [scope, nowMs] })
+    await tx.execute({
+      sql: `SELECT ${textOrBytes('owner')} AS owner, expires_at FROM lease_members WHERE scope = ?1 AND expires_at > ?2 ORDER BY lease_members.owner`,
+      args: [scope, nowMs],
+    })
   ).rows;
-  const members = memberRows.map((r) => String(r.owner));
+  // owners are read through a guard: a script's bytes that are no UTF-8 would abort the process in the driver
+  const members = memberRows.map((r) => textOf(r.owner));
   await tx.execute({
     sql: 'INSERT OR IGNORE INTO leases (scope, partition, owner, epoch, expires_at) SELECT ?1, value, NULL, 0, 0 FROM json_each(?2)',
     args: [scope, JSON.stringify(Array.from({ length: partitions }, (_, i) => i))],
   });
   const rows = (
     await tx.execute({
-      sql: 'SELECT partition, owner, epoch, expires_at FROM leases WHERE scope = ?1 AND partition < ?2 ORDER BY partition',
+      sql: `SELECT partition, ${textOrBytes('owner')} AS owner, epoch, expires_at FROM leases WHERE scope = ?1 AND partition < ?2 ORDER BY partition`,
       args: [scope, partitions],
     })
-  ).rows as unknown as LeaseRow[];
+  ).rows.map((r) => ({ ...r, owner: r.owner === null ? null : textOf(r.owner) })) as unknown as LeaseRow[];
 
   const index = members.indexOf(owner);
   const base = Math.floor(partitions / members.length);
@@ -113,7 +118,7 @@ export async function claimLeases(tx: Transaction, input: ClaimInput): Promise<C
 
   // Wake when the first other member's membership or lease would run out: a dead member's partitions are free then.
   let nextInMs = Math.floor(ttlMs / 3);
-  for (const r of memberRows) if (String(r.owner) !== owner) nextInMs = Math.min(nextInMs, Number(r.expires_at) - nowMs + 5);
+  for (const r of memberRows) if (textOf(r.owner) !== owner) nextInMs = Math.min(nextInMs, Number(r.expires_at) - nowMs + 5);
   for (const r of rows)
     if (r.owner !== null && r.owner !== owner && Number(r.expires_at) > nowMs) nextInMs = Math.min(nextInMs, Number(r.expires_at) - nowMs + 5);
   return {

@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Database, Tx } from '../db/open-database.ts';
-import { integerOrNull, textOf, timeMsOrNull } from '../db/column-guards.ts';
+import { integerOrNull, textOf, textOrBytes, timeMsOrNull } from '../db/column-guards.ts';
 
 /** A parked outbox row: what the relay gave up on and why, with the stored event. */
 export type FailedRow = {
@@ -14,7 +14,7 @@ export type FailedRow = {
   lastError: string | null;
   /** ISO 8601; null when the column holds no time a Date can show. */
   occurredAt: string | null;
-  /** The stored integration event (JSON text; stored bytes are decoded as UTF-8). */
+  /** The stored integration event (JSON text; stored bytes are decoded as UTF-8, invalid ones shown as U+FFFD). */
   payload: string;
 };
 
@@ -24,11 +24,13 @@ export type FailedPage = { items: FailedRow[]; next: number | undefined };
 /**
  * Failed rows after a seq, oldest first: a keyset range of idx_outbox_status_seq (never OFFSET). A parked row may be
  * one a script stored with odd columns, which is why the relay parked it: those are read through guards, so such a
- * row is listed (for an operator to check) instead of failing the whole page.
+ * row is listed (for an operator to check) instead of failing the whole page, and text that holds bytes that are no
+ * UTF-8 is listed with U+FFFD in their place instead of aborting the process in the driver.
  */
 export const FAILED_PAGE_SQL = `
-  SELECT id, seq, aggregate_type, aggregate_id, message_type, ${integerOrNull('attempts')} AS attempts, last_error,
-    ${timeMsOrNull('occurred_at')} AS occurred_at, payload
+  SELECT ${textOrBytes('id')} AS id, seq, ${textOrBytes('aggregate_type')} AS aggregate_type, ${textOrBytes('aggregate_id')} AS aggregate_id,
+    ${textOrBytes('message_type')} AS message_type, ${integerOrNull('attempts')} AS attempts, ${textOrBytes('last_error')} AS last_error,
+    ${timeMsOrNull('occurred_at')} AS occurred_at, ${textOrBytes('payload')} AS payload
   FROM outbox WHERE status = 'failed' AND seq > ? ORDER BY seq LIMIT ?`;
 
 /** Reads `limit` parked (`failed`) outbox rows after seq `after` (from the first without it), oldest first. */

@@ -1,6 +1,7 @@
 import type { Transaction } from '@libsql/client';
 import { sqlOf, type Database } from '../db/open-database.ts';
 import type { Writer } from '../db/writer.ts';
+import { textOf, textOrBytes } from '../db/column-guards.ts';
 import { aggregateHash } from './partition.ts';
 
 /** The relay was asked for another partition count while rows are pending: moving them could split an aggregate's order. */
@@ -23,10 +24,12 @@ export async function readPartitionCount(tx: Pick<Transaction, 'execute'>): Prom
  */
 async function hashUnpartitionedRows(raw: Pick<Transaction, 'execute'>, count: number): Promise<number> {
   const legacy = await raw.execute(
-    "SELECT seq, aggregate_type, aggregate_id FROM outbox INDEXED BY idx_outbox_unhashed WHERE aggregate_hash IS NULL AND status != 'sent'",
+    `SELECT seq, ${textOrBytes('aggregate_type')} AS aggregate_type, ${textOrBytes('aggregate_id')} AS aggregate_id
+     FROM outbox INDEXED BY idx_outbox_unhashed WHERE aggregate_hash IS NULL AND status != 'sent'`,
   );
   if (legacy.rows.length === 0) return 0;
-  const hashes = legacy.rows.map((r) => [Number(r.seq), aggregateHash(String(r.aggregate_type), String(r.aggregate_id))]);
+  // a script's bytes that are no text hash as the text shown for them: rows holding the same bytes share a partition
+  const hashes = legacy.rows.map((r) => [Number(r.seq), aggregateHash(textOf(r.aggregate_type), textOf(r.aggregate_id))]);
   await raw.execute({
     sql: `UPDATE outbox SET aggregate_hash = j.h, partition = j.h % ?2
           FROM (SELECT value ->> '$[0]' AS seq, value ->> '$[1]' AS h FROM json_each(?1)) AS j WHERE outbox.seq = j.seq`,

@@ -142,6 +142,10 @@ const anotherSubject = (id: string, seq: number, stored: string, own: string) =>
 const UNCOUNTED =
   'the attempts column holds no count of attempts (text, a negative or an absurd number): parked with attempts reset, retry it once the row is checked';
 
+/** Why a row with a text column holding a blob or bytes that are no valid text is parked (see FETCH_PENDING_SQL). */
+const unreadable = (column: string) =>
+  `the ${column} column holds no text (a blob, or bytes that are not valid UTF-8; listed with U+FFFD in their place): parked, correct the row and re-queue it`;
+
 /** How far a fetch read the outbox: the highest seq when it came back partial, else its last row. */
 const scannedToOf = (f: Fetched, batch: number): Floor => ({ seq: f.rows.length < batch ? f.high : f.rows.at(-1)!.seq, epoch: f.epoch });
 
@@ -305,9 +309,9 @@ export async function relayPass(deps: RelayPassDeps, publisher: AckPublisher, op
       const subject = eventSubject(s.prefix, row.aggregate_type, row.aggregate_id, row.partition);
       const stored = storedHeaders(row.headers);
       const span = startPublishSpan(deps.tracer, subject, row, stored);
-      if (row.attempts === null) {
-        // no count to retry it by: parked at once, and its aggregate's later rows wait behind it
-        fail(row, key, span, new Error(UNCOUNTED), 'invalid_event');
+      if (row.attempts === null || row.unreadable) {
+        // no count to retry it by, or bytes no retry can read: parked at once, and its aggregate's later rows wait behind it
+        fail(row, key, span, new Error(row.unreadable ? unreadable(row.unreadable) : UNCOUNTED), 'invalid_event');
         continue;
       }
       let prepared: Prepared;
@@ -387,7 +391,7 @@ export async function relayPass(deps: RelayPassDeps, publisher: AckPublisher, op
         for (const [k, f] of failures.entries()) {
           const { attempts } = f.row;
           const status =
-            attempts === null
+            attempts === null || f.row.unreadable
               ? (await parkRow(tx, f.row.seq, f.message, s.maxAttempts, fence))
                 ? 'failed'
                 : 'unchanged'

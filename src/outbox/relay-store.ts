@@ -1,5 +1,5 @@
 import { sqlOf, type Database, type Tx } from '../db/open-database.ts';
-import { integerOrNull, timeMsOrNull } from '../db/column-guards.ts';
+import { integerOrNull, storedText, textOf, textOrBytes, timeMsOrNull } from '../db/column-guards.ts';
 
 export type PendingRow = {
   seq: number;
@@ -17,6 +17,11 @@ export type PendingRow = {
   partition: number;
   /** 1 when appendToOutbox validated and wrote the payload and no one changed it since (see row-message.ts), else 0. */
   payload_validated: number;
+  /**
+   * The first text column that holds no text (a script's blob, or bytes that are no valid UTF-8), whose value above
+   * is then shown with U+FFFD in their place: such a row is parked at once. Absent on every other row.
+   */
+  unreadable?: (typeof TEXT_COLUMNS)[number] | 'payload';
 };
 
 /**
@@ -27,6 +32,12 @@ export type LeaseFence = { owner: string; epochs: ReadonlyMap<number, number> };
 
 /** The most attempts a row can hold that the relay reads as a count (RELAY_MAX_ATTEMPTS is at most 1000). */
 const MAX_READ_ATTEMPTS = 1_000_000;
+
+/**
+ * The columns read as text. appendToOutbox writes them from checked strings, and the trigger outbox_payload_edited
+ * clears payload_validated when any of them changes, so on a marked row they are valid text.
+ */
+const TEXT_COLUMNS = ['id', 'aggregate_type', 'aggregate_id', 'message_type', 'headers'] as const;
 
 /** The lease scope of the relays in the outbox database. */
 export const RELAY_LEASE_SCOPE = 'relay';
@@ -61,9 +72,15 @@ export const RELAY_LEASE_SCOPE = 'relay';
  * (the relay parks a row without a count; see relayPass), so one odd row can neither fail the whole fetch (the driver
  * refuses integers past 2^53) nor be retried without a back-off.
  * The payload comes as its stored bytes (UTF-8 JSON, published as they are), except in a database whose text encoding
- * is UTF-16 (a file another tool made): there it comes as text, and fetchPending encodes it to UTF-8.
+ * is UTF-16 (a file another tool made): there it comes as text (through textOrBytes unless the row is marked), and
+ * fetchPending encodes it to UTF-8.
+ * The text columns of a row that did not come from appendToOutbox as it stored it (not payload_validated) are read
+ * through textOrBytes: bytes that are no UTF-8 would abort the process in the driver, and the relay would be
+ * restarted into the same row for good. fetchPending decodes them and flags a row holding such bytes (`unreadable`).
  */
-export const FETCH_PENDING_SQL = `SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.message_type, CASE WHEN (SELECT encoding FROM pragma_encoding) = 'UTF-8' THEN CAST(o.payload AS BLOB) ELSE o.payload END AS payload, o.headers,
+export const FETCH_PENDING_SQL = `SELECT o.seq, ${TEXT_COLUMNS.map((c) => `CASE WHEN o.payload_validated IS 1 THEN o.${c} ELSE ${textOrBytes(`o.${c}`)} END AS ${c}`).join(', ')},
+  CASE WHEN (SELECT encoding FROM pragma_encoding) = 'UTF-8' THEN CAST(o.payload AS BLOB) WHEN o.payload_validated IS 1 THEN o.payload
+    ELSE ${textOrBytes('o.payload')} END AS payload,
   ${integerOrNull('o.attempts', 0, MAX_READ_ATTEMPTS)} AS attempts,
   ${timeMsOrNull('o.occurred_at')} AS occurred_at,
   o.partition, o.payload_validated IS 1 AS payload_validated
@@ -90,7 +107,8 @@ LIMIT ?2`;
  * The highest seq of the outbox (rows committed later are above it) and the count of retried rows sent, read in the
  * same snapshot as the fetch.
  */
-const HIGH_SEQ_SQL = 'SELECT coalesce((SELECT max(seq) FROM outbox), 0) AS high, (SELECT retries_sent FROM outbox_relay_epoch WHERE id = 1) AS epoch';
+const HIGH_SEQ_SQL =
+  'SELECT coalesce((SELECT max(seq) FROM outbox), 0) AS high, (SELECT retries_sent FROM outbox_relay_epoch WHERE id = 1) AS epoch, (SELECT encoding FROM pragma_encoding) AS encoding';
 
 /** Where a floor stands: the seq below which rows were held, and the count of retried rows sent when it was taken. */
 export type Floor = { seq: number; epoch: number | null };
@@ -103,6 +121,17 @@ export type Fetched = { rows: PendingRow[]; high: number; epoch: number | null }
 
 /** FETCH_PENDING_SQL over every partition: for a caller without leases (a test driving passes by hand). */
 const FETCH_ALL_PARTITIONS_SQL = FETCH_PENDING_SQL.replace(' AND o.partition IN (SELECT value FROM json_each(?6))', ' AND ?6 IS NULL');
+
+/** Decodes the text columns textOrBytes gave back as bytes, flagging the row when one holds no text (see `unreadable`). */
+function readText(row: Record<string, unknown>): void {
+  for (const column of TEXT_COLUMNS) {
+    const value = row[column];
+    if (typeof value === 'string') continue;
+    const text = storedText(value);
+    if (text === undefined) row.unreadable ??= column;
+    row[column] = text ?? textOf(value);
+  }
+}
 
 /**
  * Reads up to `limit` rows of `partitions` (all when omitted) that may be published now, above `floor` unless a retry
@@ -137,10 +166,19 @@ export async function fetchPending(
   );
   const row = state!.rows[0]!;
   const rows = fetched!.rows as unknown as Array<Omit<PendingRow, 'payload'> & { payload: ArrayBuffer | Uint8Array | string }>;
+  const utf8 = row.encoding === 'UTF-8';
   for (const r of rows) {
+    if (!r.payload_validated) readText(r);
     if (r.payload instanceof Uint8Array) continue;
-    // text: the database stores it as UTF-16, whose bytes are not the UTF-8 JSON the stream carries
-    r.payload = typeof r.payload === 'string' ? encoder.encode(r.payload) : new Uint8Array(r.payload);
+    if (utf8 || typeof r.payload === 'string') {
+      // text: the database stores it as UTF-16, whose bytes are not the UTF-8 JSON the stream carries
+      r.payload = typeof r.payload === 'string' ? encoder.encode(r.payload) : new Uint8Array(r.payload);
+      continue;
+    }
+    // a UTF-16 database's unmarked payload that is no valid text (a lone surrogate), through textOrBytes
+    const text = storedText(r.payload);
+    if (text === undefined) r.unreadable ??= 'payload';
+    r.payload = encoder.encode(text ?? textOf(r.payload));
   }
   return { rows: rows as PendingRow[], high: Number(row.high), epoch: row.epoch === null ? null : Number(row.epoch) };
 }

@@ -30,8 +30,9 @@ export const outbox = sqliteTable(
     /**
      * 1 when appendToOutbox validated the event and wrote the payload itself: the relay then checks only the payload's
      * envelope prefix against the columns (row-message.ts). 0 for any other row (a script, a restore, rows older than
-     * the column), which is parsed and validated in full; the trigger outbox_payload_edited clears it when the payload
-     * or a column the check compares is changed, outbox_row_restored_unmarked when a row is stored under a seq already given.
+     * the column), which is parsed and validated in full and whose text columns are checked for bytes that are no UTF-8;
+     * the trigger outbox_payload_edited clears it when the payload, the headers or a column the check compares is
+     * changed, outbox_row_restored_unmarked when a row is stored under a seq already given.
      */
     payloadValidated: integer('payload_validated').notNull().default(0),
   },

@@ -33,6 +33,50 @@ describe('cli inbox:dead-letters - odd dead_letters rows', () => {
   });
 });
 
+describe('cli inbox:dead-letters and inbox:replay --all - text holding bytes that are no UTF-8', () => {
+  it('lists and tries the ordinary dead letter and one whose event id, headers and error hold Latin-1 bytes (shown as U+FFFD), no crash', async () => {
+    const { w, db } = await withDeadLetters({});
+    const latin1 = (text: string) => new Uint8Array([...new TextEncoder().encode(text), 0xe9]);
+    // the driver aborts the process (exit 134) on such text read as text
+    await db.execute({
+      sql: `INSERT INTO dead_letters (event_id, consumer, subject, headers, payload, error, deliveries, dead_at)
+            VALUES (CAST(? AS TEXT), 'reporting', 'hono-outbox.order.x', CAST(? AS TEXT), 'not json', CAST(? AS TEXT), 1, 3000)`,
+      args: [latin1('latin1-'), new Uint8Array([...new TextEncoder().encode('{"Event-Type":"order.placed.v'), 0xe9, 0x22, 0x7d]), latin1('bad ')],
+    });
+    const list = await w.cli(['inbox:dead-letters', '--consumer', 'reporting']);
+    expect(list.code, list.stderr).toBe(0);
+    expect(list.stdout).toContain('ordinary');
+    expect(list.stdout).toContain('latin1-\ufffd');
+    const replay = await w.cli(['inbox:replay', '--consumer', 'reporting', '--all']);
+    expect(() => JSON.parse(replay.stdout), `stdout: ${replay.stdout}\nstderr: ${replay.stderr}`).not.toThrow();
+    const { failed } = JSON.parse(replay.stdout) as { failed: Array<{ eventId: string; error: string }> };
+    expect(failed.map((f) => f.eventId)).toContain('ordinary');
+    // no id can name it (a replay deletes the dead letter by id): it is reported, not applied, and stays
+    expect(failed.find((f) => f.eventId === 'latin1-\ufffd')?.error).toMatch(/event_id holds no UTF-8 text/);
+    expect(Number((await db.execute("SELECT count(*) AS n FROM dead_letters WHERE event_id LIKE 'latin1-%'")).rows[0]!.n)).toBe(1);
+  });
+
+  it('lists more than a page of dead letters whose ids hold bytes that sort above U+FFFD, once each, and exits', async () => {
+    const { w, db } = await withDeadLetters({});
+    // 101 more (one more than the CLI's page), each id 'a', the byte FF and three digits, one time of death: a cursor
+    // that carried the id as shown (a U+FFFD, EF BF BD) would resume before them and page the same rows for ever
+    for (let i = 0; i < 101; i++) {
+      await db.execute({
+        sql: `INSERT INTO dead_letters (event_id, consumer, subject, headers, payload, error, deliveries, dead_at)
+              VALUES (CAST(? AS TEXT), 'reporting', 'hono-outbox.order.x', '{}', 'not json', 'payload is not JSON', 1, 5000)`,
+        args: [new Uint8Array([0x61, 0xff, ...new TextEncoder().encode(String(i).padStart(3, '0'))])],
+      });
+    }
+    const list = await w.cli(['inbox:dead-letters', '--consumer', 'reporting']);
+    expect(list.code, list.stderr).toBe(0);
+    const ids = list.stdout
+      .split('\n')
+      .filter((l) => l.startsWith('a\ufffd'))
+      .map((l) => l.split(' ')[0]);
+    expect(ids).toEqual(Array.from({ length: 101 }, (_, i) => `a\ufffd${String(i).padStart(3, '0')}`));
+  });
+});
+
 describe('cli inbox:replay --all - odd dead_letters rows', () => {
   it.each(ODD.filter(([what]) => !what.startsWith('text')))(
     'still tries the ordinary dead letter and prints its report when another has %s',

@@ -10,10 +10,12 @@ import { migrateDatabase } from '../../src/db/migrate.ts';
 import { createDatabase, prepareLocalDatabase } from '../../src/db/open-database.ts';
 import { createDeps } from '../../src/deps.ts';
 import { silentLogger } from '../../src/logger.ts';
-import { accountCommands } from '../support/accounts.ts';
+import { pageFailed } from '../../src/outbox/failed-rows.ts';
+import { accountCommands, openedEvent } from '../support/accounts.ts';
 import { createTempDir, type TestDb } from '../support/db.ts';
 import { FIXTURE_MIGRATIONS, fixtureModules } from '../support/fixture/modules.ts';
 import { drainOutbox, relayDeps } from '../support/relay.ts';
+import { insertScriptRow } from '../support/stored-row.ts';
 import { ownStream, readStream } from '../support/stream.ts';
 import { useNats } from '../support/use-nats.ts';
 
@@ -46,5 +48,30 @@ describe('relay - a service database whose text encoding is UTF-16', () => {
     expect({ status: row.status, lastError: row.last_error }).toEqual({ status: 'sent', lastError: null });
     const messages = await readStream(nats().nc, stream);
     expect(messages.map((m) => m.event.aggregateId)).toEqual([id]);
+  });
+
+  it('parks script rows whose text or payload holds a lone surrogate (which the driver cannot read) and publishes one whose text is valid but not ASCII', {
+    timeout: 30_000,
+  }, async () => {
+    await using t = await createUtf16TestDb();
+    const stream = ownStream('UTF16_SURROGATE');
+    const lone = openedEvent({ accountId: 'acc-lone' });
+    await insertScriptRow(t, lone);
+    // 'acc-' in UTF-16le, then a high surrogate with nothing after it (a bound blob would be converted as UTF-8)
+    await t.client.execute({ sql: "UPDATE outbox SET aggregate_id = CAST(x'6100630063002d0000d8' AS TEXT) WHERE id = ?", args: [lone.eventId] });
+    // and a payload: the event's JSON in UTF-16le, then a high surrogate with nothing after it
+    const lonePayload = openedEvent({ accountId: 'acc-lone-payload' });
+    await insertScriptRow(t, lonePayload);
+    const hex = `${Buffer.from(JSON.stringify(lonePayload), 'utf16le').toString('hex')}00d8`;
+    await t.client.execute({ sql: `UPDATE outbox SET payload = CAST(x'${hex}' AS TEXT) WHERE id = ?`, args: [lonePayload.eventId] });
+    const accented = openedEvent({ accountId: 'acc-é😀', owner: 'Zoë' });
+    await insertScriptRow(t, accented);
+    await drainOutbox(relayDeps(t, nats().url, { stream, settings: { maxAttempts: 1 } }));
+    const messages = await readStream(nats().nc, stream);
+    expect(messages.map((m) => m.event.data)).toEqual([{ accountId: 'acc-é😀', owner: 'Zoë' }]);
+    const [parked, parkedPayload] = (await pageFailed(t.deps.db, { limit: 10 })).items;
+    expect(parked).toMatchObject({ id: lone.eventId, aggregateId: 'acc-\ufffd' });
+    expect(parked?.lastError).toMatch(/aggregate_id column holds no text/);
+    expect(parkedPayload).toMatchObject({ id: lonePayload.eventId, lastError: expect.stringMatching(/payload column holds no text/) });
   });
 });

@@ -294,8 +294,13 @@ describe('admin - query plans', () => {
   it('pages through an index range, never sorting: dead letters by idx_dead_letters_consumer_dead_at, failed rows by idx_outbox_status_seq', async () => {
     await using sdb = await createSubscriberDb({ subscriber: 'balances' });
     await using t = await createTestDb();
+    // the text guards read the database's encoding in uncorrelated subqueries (once per statement, not per row): left out
     const plan = async (client: typeof t.client, sql: string, args: InArgs) =>
-      (await client.execute({ sql: `EXPLAIN QUERY PLAN ${sql}`, args })).rows.map((r) => String(r.detail));
+      (await client.execute({ sql: `EXPLAIN QUERY PLAN ${sql}`, args })).rows
+        .map((r) => String(r.detail))
+        .filter(
+          (d, i, all) => !/^SCALAR SUBQUERY \d+$/.test(d) && !(/^SCAN pragma_encoding VIRTUAL TABLE/.test(d) && /^SCALAR SUBQUERY/.test(all[i - 1] ?? '')),
+        );
     const dead = await plan(sdb.client, DEAD_LETTER_PAGE_SQL, { consumer: 'balances', afterAt: 5, afterId: 'x', type: 'a.b.v1', q: 'boom', limit: 101 });
     const failed = await plan(t.client, FAILED_PAGE_SQL, [7, 101]);
     expect(dead, dead.join('\n')).toEqual([

@@ -44,7 +44,15 @@ export async function insertScriptRow(t: TestDb, event: IntegrationEvent, over: 
   };
   const names = Object.keys(cols);
   await t.client.execute({
-    sql: `INSERT INTO outbox (${names.join(', ')}) VALUES (${names.map(() => '?').join(', ')})`,
-    args: Object.values(cols) as never,
+    sql: `INSERT INTO outbox (${names.join(', ')}) VALUES (${names.map((n) => (cols[n] instanceof TextBytes ? 'CAST(? AS TEXT)' : '?')).join(', ')})`,
+    args: Object.values(cols).map((v) => (v instanceof TextBytes ? v.bytes : v)) as never,
   });
 }
+
+/** Bytes insertScriptRow stores as a TEXT value as they are, valid UTF-8 or not (what `CAST(x'…' AS TEXT)` stores). */
+export class TextBytes {
+  constructor(readonly bytes: Uint8Array) {}
+}
+
+/** `text` with `bytes` after it as a TEXT value for insertScriptRow (Latin-1 é is 0xe9, which is no UTF-8 on its own). */
+export const textWithBytes = (text: string, ...bytes: number[]) => new TextBytes(new Uint8Array([...encoder.encode(text), ...bytes]));
