@@ -16,6 +16,7 @@ import { eventually } from '../support/eventually.ts';
 import { FIXTURE_MIGRATIONS, fixtureModules } from '../support/fixture/modules.ts';
 import { natsClient, startNats, type NatsServer } from '../support/nats.ts';
 import { FIXTURE_ENTRY, freePort, freeze, runtimeCommand, spawnChild, withOutput, type ChildHandle } from '../support/process.ts';
+import { republishCauses } from '../support/relay.ts';
 
 // Relays as real processes (the fixture's, ROLES=relay) sharing one outbox database: they split its partitions by
 // leases kept in that database, take over a dead or paused relay's partitions once its leases run out, hand theirs
@@ -96,19 +97,6 @@ function sample(text: string | undefined, series: string): number | undefined {
   const line = text?.split('\n').find((l) => l.startsWith(`${series} `));
   return line === undefined ? undefined : Number(line.slice(series.length + 1));
 }
-
-/** The sum of every sample of `name` (all its label sets) in a scrape; 0 when it has none. */
-function total(text: string | undefined, name: string): number {
-  let sum = 0;
-  for (const line of text?.split('\n') ?? []) {
-    if (line.startsWith(`${name} `) || line.startsWith(`${name}{`)) sum += Number(line.slice(line.lastIndexOf(' ') + 1));
-  }
-  return sum;
-}
-
-/** What makes a relay publish a row again: leases it acquired or lost, and publishes that failed (a PubAck timeout, a failed mark). */
-const republishCauses = (text: string | undefined) =>
-  total(text, 'outbox_relay_lease_acquisitions_total') + total(text, 'outbox_relay_lease_losses_total') + total(text, 'outbox_publish_errors_total');
 
 /** Live relay leases by instance name (the owner without the random suffix a process adds): how many partitions each holds now. */
 async function liveLeases(client: Client): Promise<Record<string, number>> {

@@ -46,6 +46,24 @@ export function relayDeps(t: TestDb, url: string, over: RelayOverrides = {}): Re
   };
 }
 
+/** The sum of every sample of `name` (all its label sets) in a Prometheus scrape; 0 when it has none. */
+export function metricTotal(text: string | undefined, name: string): number {
+  let sum = 0;
+  for (const line of text?.split('\n') ?? []) {
+    if (line.startsWith(`${name} `) || line.startsWith(`${name}{`)) sum += Number(line.slice(line.lastIndexOf(' ') + 1));
+  }
+  return sum;
+}
+
+/**
+ * What makes a relay publish a row again, counted in its scrape: leases it acquired or lost (a relay stalled past its
+ * TTL hands its partitions over), and publishes that failed (a PubAck that timed out, a mark that failed).
+ */
+export const republishCauses = (text: string | undefined) =>
+  metricTotal(text, 'outbox_relay_lease_acquisitions_total') +
+  metricTotal(text, 'outbox_relay_lease_losses_total') +
+  metricTotal(text, 'outbox_publish_errors_total');
+
 /** Runs a relay until the outbox has nothing due, returning its summary. */
 export async function drainOutbox(deps: RelayDeps) {
   return createRelay(deps).run({ untilIdle: true, timeLimitMs: 30_000 });
