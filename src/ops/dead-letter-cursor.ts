@@ -3,8 +3,8 @@ import { isTextBytes, type DeadAtKey, type DeadLetterCursor } from '../inbox/dea
 
 /**
  * How a key that is no finite number travels in a cursor: an integer past 2^53 as decimal text, a text as it is, a
- * blob in hex, ±Infinity (a REAL, which JSON cannot hold) as `Infinity` or `-Infinity`, text that is not printable
- * ASCII (it may be no UTF-8) as its stored bytes in hex; `n` is a finite number, in a cursor whose event id needs a kind.
+ * blob in hex, ±Infinity (a REAL, which JSON cannot hold) as `Infinity` or `-Infinity`, text that is no UTF-8 as its
+ * stored bytes in hex; `n` is a finite number, in a cursor whose event id needs a kind.
  */
 type KeyKind = 'n' | 'i' | 's' | 'b' | 'f' | 't';
 
@@ -22,8 +22,8 @@ function keyPart(key: DeadAtKey): [number | string, KeyKind] {
 /**
  * The `next` of a dead-letter page: base64url of the cursor's JSON, opaque and safe in a query string as it is.
  * A time of death the subscriber wrote travels as `[ms, eventId]`; any other stored value (a script's) as
- * `[text, eventId, kind]`, and an event id that is not plain text as `[key, hex, keyKind, idKind]` (`b` a blob, `t`
- * text's stored bytes), so the next page binds exactly the values it resumes after.
+ * `[text, eventId, kind]`, and an event id that is no text as `[key, hex, keyKind, idKind]` (`b` a blob, `t` the stored
+ * bytes of text that is no UTF-8), so the next page binds exactly the values it resumes after.
  */
 export function encodeCursor(cursor: DeadLetterCursor): string {
   const [key, kind] = keyPart(cursor.deadAt);
