@@ -113,12 +113,18 @@ const LIVENESS = { timeout: 30_000, retry: 2 };
 
 describe('foreign lock - another process holds the write lock', () => {
   it(
-    'the event loop stays responsive while 256 commands wait, each command gets its 503 within the busy timeout + 1 s of its own send, and writes commit once the lock is gone',
+    'the event loop stays responsive while 256 commands wait, each command gets its 503 within the busy timeout + 1 s (+ what 256 commands take without a lock) of its own send, and writes commit once the lock is gone',
     LIVENESS,
     async () => {
       const { url, client } = await serviceDatabase();
       const baseUrl = await serveApp(client);
       expect((await openAccount(baseUrl)).status).toBe(201); // warm: connections, statements, the HTTP stack
+      // What answering as many commands at once costs this process right now, with no lock: a loaded machine
+      // stretches it, and the bound below allows it on top of the busy timeout (a driver that waits for the lock
+      // synchronously still fails the event-loop bounds, and one that gives up early the lower bound).
+      const burst = await Promise.all(Array.from({ length: 256 }, () => openAccount(baseUrl)));
+      expect(burst.every((b) => b.status === 201)).toBe(true);
+      const burstMs = Math.max(...burst.map((b) => b.elapsedMs));
 
       const lock = await holdWriteLock(url);
       const watch = watchEventLoop(baseUrl);
@@ -139,7 +145,7 @@ describe('foreign lock - another process holds the write lock', () => {
         expect(a.body).toMatchObject({ status: 503, type: expect.any(String) });
       }
       const elapsed = answers.map((a) => a.elapsedMs);
-      expect(Math.max(...elapsed)).toBeLessThan(BUSY_TIMEOUT_MS + 1000);
+      expect(Math.max(...elapsed), `256 commands without a lock took up to ${Math.round(burstMs)} ms`).toBeLessThan(BUSY_TIMEOUT_MS + 1000 + burstMs);
       // …and they did wait for the lock (asynchronously) rather than give up at once.
       expect(Math.min(...elapsed)).toBeGreaterThanOrEqual(BUSY_TIMEOUT_MS * 0.9);
       // Liveness bounds, not timings: here /health takes a few ms and timers fire a few ms late, while a driver
@@ -158,7 +164,8 @@ describe('foreign lock - another process holds the write lock', () => {
       const id = after.body.accountId ?? '';
       expect(await countRows(fresh, 'accounts', 'id = ?', [id])).toBe(1);
       expect(await countRows(fresh, 'outbox', 'aggregate_id = ?', [id])).toBe(1);
-      expect(await countRows(fresh, 'accounts')).toBe(2);
+      // the warm-up, the burst and this one: none of the 256 refused commands wrote anything
+      expect(await countRows(fresh, 'accounts')).toBe(2 + burst.length);
       const probe = await fresh.transaction('write');
       await probe.rollback();
     },
