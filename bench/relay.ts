@@ -2,8 +2,10 @@
 // PROCESS (the real entry, as `npm run relay` starts it) draining --rows 30000 rows, timed by the stream from its
 // first message to its last, against raw pipelined JetStream publishing (256 in flight) of the same messages (same
 // bodies, headers, subjects and Nats-Msg-Ids) in the same run, each with its CPU per message (the publishing process
-// and nats-server); plus spawn → first publish of a relay started on the backlog, and backlog committed → first
-// publish of a running one. --rounds R reports the median drain.
+// and nats-server); plus a cold start (a relay spawned on a database already holding the backlog: spawn → first
+// publish, and its drain against raw), and backlog committed → first publish of a running one. The running relay's
+// backlog arrives in one INSERT whose checkpoint (the writer's) overlaps the drain; the cold start's does not.
+// --rounds R reports the median drain of each.
 //
 // npm run bench:relay -- --floor [--size 8192] — what bounds the relay on this machine (bench/relay-floor.ts): in one
 // process, raw js.publish against the relay's own publisher, relay passes without any mark-sent write, and with them.
@@ -228,15 +230,16 @@ async function sizes(list: number[], rows: number, rounds: number): Promise<void
       insertToFirstPublishMs: one.insertToFirstPublishMs,
       spawnToFirstPublishMs: r.coldStart.spawnToFirstPublishMs,
       coldStartPerSec: r.coldStart.perSec,
+      coldStartRatioToRaw: r.coldStart.ratioToRaw,
     });
   }
   console.log('\nrelay process vs raw pipelined publish (256 in flight), same messages, same run');
   console.log(
-    'payload B | rows  | raw msg/s | relay ev/s | × raw | raw CPU µs/msg publisher + nats | relay + nats CPU µs/event | spawn → 1st publish ms | backlog → 1st publish ms',
+    'payload B | rows  | raw msg/s | relay ev/s | × raw | cold start ev/s | × raw | raw CPU µs/msg publisher + nats | relay + nats CPU µs/event | spawn → 1st publish ms | backlog → 1st publish ms',
   );
   for (const x of runs)
     console.log(
-      `${String(x.avgPayloadBytes).padStart(9)} | ${String(x.rows).padStart(5)} | ${String(x.rawPublishPerSec).padStart(9)} | ${String(x.relayPerSec).padStart(10)} | ${String(x.ratioToRaw).padStart(5)} | ${`${x.rawCpuUsPerMsg.publisher} + ${x.rawCpuUsPerMsg.nats ?? '?'}`.padStart(31)} | ${`${x.relayCpuUsPerEvent} + ${x.natsCpuUsPerEvent ?? '?'}`.padStart(25)} | ${String(x.spawnToFirstPublishMs).padStart(22)} | ${String(x.insertToFirstPublishMs).padStart(24)}`,
+      `${String(x.avgPayloadBytes).padStart(9)} | ${String(x.rows).padStart(5)} | ${String(x.rawPublishPerSec).padStart(9)} | ${String(x.relayPerSec).padStart(10)} | ${String(x.ratioToRaw).padStart(5)} | ${String(x.coldStartPerSec).padStart(15)} | ${String(x.coldStartRatioToRaw).padStart(5)} | ${`${x.rawCpuUsPerMsg.publisher} + ${x.rawCpuUsPerMsg.nats ?? '?'}`.padStart(31)} | ${`${x.relayCpuUsPerEvent} + ${x.natsCpuUsPerEvent ?? '?'}`.padStart(25)} | ${String(x.spawnToFirstPublishMs).padStart(22)} | ${String(x.insertToFirstPublishMs).padStart(24)}`,
     );
   console.log(`results: ${saveResult('relay', { bench: 'relay', mode: 'process', sizes: runs })}`);
 }

@@ -191,6 +191,9 @@ function encodedSize(headers: MsgHdrs): number {
   return bytes;
 }
 
+/** A row on its way to the broker: its aggregate's key, its publish span and the subject it went to. */
+type Sent = { row: PendingRow; key: string; span: Span; subject: string };
+
 /** A row that was not published this pass: why (the error's message is stored as last_error) and its span. */
 type Failure = { row: PendingRow; error: unknown; message: string; reason: PublishErrorReason; span: Span };
 
@@ -287,6 +290,39 @@ export async function relayPass(deps: RelayPassDeps, publisher: AckPublisher, op
   };
   const freeSlot = () => new Promise<void>((resolve) => (wake = resolve));
 
+  // One pair of callbacks for the whole pass, told each message by its `Sent`: a closure per row cost the relay's
+  // thread its allocation and, under tsx, a name defined on every one of them.
+  const finish = (sent: Sent, error: unknown, ack?: PubAck) => {
+    try {
+      if (ack) {
+        acked.push({ row: sent.row, ack, at: deps.clock().getTime() });
+        endPublishSpan(sent.span, ack.duplicate);
+      } else if (isBrokerUnavailable(error)) {
+        brokerError ??= error;
+        failPublishSpan(sent.span, error);
+      } else fail(sent.row, sent.key, sent.span, error, 'publish_failed');
+    } finally {
+      settled(sent.key);
+    }
+  };
+  const { storedMessage } = options;
+  const done: AckCallback<Sent> = (error, ack, sent) => {
+    if (!ack?.duplicate || !storedMessage) return finish(sent, error, ack);
+    const { row, subject } = sent;
+    // the row's aggregate stays in flight (its later rows wait) until the stored message is compared with it
+    storedMessage(ack.seq).then(
+      (stored) => {
+        if (stored === null) return finish(sent, undefined, ack);
+        if (stored === 'gone') return finish(sent, new Error(goneMessage(row.id, ack.seq)));
+        if (!sameEvent(stored.data, row.payload, deps.registry)) return finish(sent, new Error(anotherMessage(row.id, ack.seq)));
+        if (stored.subject !== subject && !sameAggregateSubject(stored.subject, subject))
+          return finish(sent, new Error(anotherSubject(row.id, ack.seq, stored.subject, subject)));
+        finish(sent, undefined, ack);
+      },
+      (lookupError: unknown) => finish(sent, lookupError),
+    );
+  };
+
   // Continuation fetches: with the last rows of a full batch sent, the next batch is read while their PubAcks are
   // on the way, instead of after all of them came back, so the broker always has a window of messages to store.
   // Rows fetched earlier in the pass (still in flight, or not yet marked) are left out of the next fetch; the
@@ -323,38 +359,10 @@ export async function relayPass(deps: RelayPassDeps, publisher: AckPublisher, op
       }
       live++;
       unacked.add(key);
-      const finish: AckCallback = (error, ack) => {
-        try {
-          if (ack) {
-            acked.push({ row, ack, at: deps.clock().getTime() });
-            endPublishSpan(span, ack.duplicate);
-          } else if (isBrokerUnavailable(error)) {
-            brokerError ??= error;
-            failPublishSpan(span, error);
-          } else fail(row, key, span, error, 'publish_failed');
-        } finally {
-          settled(key);
-        }
-      };
-      const { storedMessage } = options;
-      const done: AckCallback = (error, ack) => {
-        if (!ack?.duplicate || !storedMessage) return finish(error, ack);
-        // the row's aggregate stays in flight (its later rows wait) until the stored message is compared with it
-        storedMessage(ack.seq).then(
-          (stored) => {
-            if (stored === null) return finish(undefined, ack);
-            if (stored === 'gone') return finish(new Error(goneMessage(row.id, ack.seq)));
-            if (!sameEvent(stored.data, row.payload, deps.registry)) return finish(new Error(anotherMessage(row.id, ack.seq)));
-            if (stored.subject !== subject && !sameAggregateSubject(stored.subject, subject))
-              return finish(new Error(anotherSubject(row.id, ack.seq, stored.subject, subject)));
-            finish(undefined, ack);
-          },
-          (lookupError: unknown) => finish(lookupError),
-        );
-      };
+      const sent: Sent = { row, key, span, subject };
       const injected = deps.faults?.beforePublish?.(row);
-      if (injected) queueMicrotask(() => done(injected));
-      else publisher.publish(subject, prepared.data, prepared.headers, done);
+      if (injected) queueMicrotask(() => done(injected, undefined, sent));
+      else publisher.publish(subject, prepared.data, prepared.headers, done, sent);
     }
     // a failure ends the pass early: it is recorded (and its retry scheduled) before anything else is read
     if (!result.more || brokerError !== undefined || failures.length > 0 || batches > (options.continuations ?? 0)) break;
