@@ -82,7 +82,8 @@ export function createApp(deps: Deps, options: AppOptions = {}): Hono {
 
   app.onError((error, c) => {
     const appError = toAppError(error);
-    if (appError.status >= 500 && appError.status !== 503) {
+    // 503 (busy) and 501 (a transfer coding this service does not take) are answers, not failures of the service
+    if (appError.status >= 500 && appError.status !== 503 && appError.status !== 501) {
       // the trace ids explicitly: where no context manager carries the span (Workers), the active context has none
       const span = serverSpanOf(c);
       deps.log.error('unhandled error', { path: c.req.path, request_id: c.get('requestId'), ...(span ? traceFields(span.spanContext()) : {}), error });

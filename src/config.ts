@@ -39,8 +39,12 @@ export const BEARER_TOKEN_SYNTAX = /^[A-Za-z0-9._~+/-]+=*$/;
  */
 export function libsqlUrlProblem(url: string): string | undefined {
   try {
-    const { scheme, authority, tls } = expandConfig({ url }, false);
+    const { scheme, authority, tls, path } = expandConfig({ url }, false);
     if (scheme === 'file') {
+      // SQLite opens a temporary database for an empty name, and a database in memory for :memory:; both are gone
+      // when the process closes them, and with them every order and event they took
+      if (path === '' || path.endsWith('/')) return 'a file URL naming a database file (file:./data/app.db), not an empty path or a folder';
+      if (path === ':memory:') return 'a file URL naming a database file (file:./data/app.db): a database in memory loses everything when the process ends';
       // what the local client refuses: a file URL's authority may only be empty or localhost, with no port or user
       const host = authority?.host.toLowerCase();
       if (host !== undefined && host !== '' && host !== 'localhost')
@@ -63,6 +67,26 @@ const acceptedLibsqlUrl = (value: string, ctx: z.RefinementCtx) => {
   if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem });
 };
 
+const IPV4 = /^(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?:\.(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$/;
+const HOST_NAME = /^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*\.?$/i;
+
+/** Whether `host` is an address to listen on: an IPv4 or IPv6 address, or a host name (RFC 1123) that is not digits alone. */
+function isListenHost(host: string): boolean {
+  if (IPV4.test(host)) return true;
+  if (host.includes(':')) {
+    // an IPv6 address, with a zone (fe80::1%eth0) for a link-local one
+    const [address, zone] = host.split('%', 2) as [string, string | undefined];
+    if (!/^[0-9a-f:.]+$/i.test(address) || (zone !== undefined && !/^[\w.-]+$/.test(zone))) return false;
+    try {
+      return new URL(`http://[${address}]/`).hostname !== '';
+    } catch {
+      return false;
+    }
+  }
+  // 256.1.1.1 has the shape of a host name, but a resolver reads it as a bad address
+  return HOST_NAME.test(host) && !/^[\d.]+$/.test(host);
+}
+
 const boolean = z.enum(['true', 'false', '1', '0'], { message: 'true or false' }).transform((v) => v === 'true' || v === '1');
 
 /** Environment variables the service understands, with defaults that make `npm run dev` work without a `.env`. */
@@ -72,7 +96,7 @@ export const ConfigSchema = z.object({
     .regex(/^[a-z][a-z0-9-]{0,62}$/, 'lower-case letters, digits and -, starting with a letter')
     .default(DEFAULT_SERVICE_NAME),
   PORT: int(0, 65535).default(3000),
-  HOST: z.string().min(1).default('0.0.0.0'),
+  HOST: z.string().refine(isListenHost, 'an IP address (0.0.0.0, 127.0.0.1, ::) or a host name').default('0.0.0.0'),
   DATABASE_URL: z
     .string()
     .regex(/^(file:|libsql:|https?:|wss?:)/, 'a libSQL URL such as file:./data/app.db or libsql://host')

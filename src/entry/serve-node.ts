@@ -3,6 +3,7 @@ import { createServer } from 'node:http';
 import { AppError } from '../errors.ts';
 import { badRequestTarget, isUnbuildableRequest, problemResponse } from '../http/request-target.ts';
 import { httpPort, type Started } from './boot.ts';
+import { answerParseErrorsAsProblems } from './parse-error-answer.ts';
 
 /** Serves `started.service.app` with @hono/node-server when this process has a port; returns the close function. */
 export function serveOnNode(started: Started): () => Promise<void> {
@@ -15,6 +16,7 @@ export function serveOnNode(started: Started): () => Promise<void> {
     errorHandler: (error) => adapterProblem(error, started),
   });
   const server = createServer(listener);
+  answerParseErrorsAsProblems(server, started.config.SERVICE_NAME);
   server.listen(port, started.config.HOST, () => {
     const address = server.address();
     started.log.info('listening', { runtime: 'node', port: typeof address === 'object' && address ? address.port : port, roles: started.config.ROLES });

@@ -30,12 +30,15 @@ export const COMMAND_RESPONSES = {
     ...jsonResponse('Created; Location names the new resource.'),
     headers: { Location: { description: 'The created resource.', schema: { type: 'string' as const } }, ...replayed },
   },
-  400: problemResponse('The body does not match its schema (the zod issues are in `issues`), or the Idempotency-Key is malformed.'),
+  400: problemResponse(
+    'The body does not match its schema (the zod issues are in `issues`), is not UTF-8 or did not arrive whole, or the Idempotency-Key is malformed.',
+  ),
   404: problemResponse('The resource the command acts on does not exist.'),
   409: problemResponse('The command conflicts with the resource’s state.'),
   413: problemResponse('The body is larger than the service accepts.'),
-  415: problemResponse('The body is not application/json.'),
+  415: problemResponse('The body is not application/json, or is sent with a Content-Encoding (send it as it is: Accept-Encoding: identity).'),
   422: problemResponse('The Idempotency-Key was already used with a different request.'),
+  501: problemResponse('The body is sent with a Transfer-Encoding other than chunked.'),
   503: problemResponse('The database is busy or unreachable; retry after Retry-After seconds.'),
 };
 

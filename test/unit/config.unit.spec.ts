@@ -87,6 +87,18 @@ describe('config - invalid values', () => {
     ['PORT', '80.5'],
     ['PORT', ' 80'],
     ['DATABASE_URL', 'postgres://localhost/app'],
+    // a database SQLite would open as temporary or in memory: every order and event gone with the process
+    ['DATABASE_URL', 'file:'],
+    ['DATABASE_URL', 'file://'],
+    ['DATABASE_URL', 'file:///'],
+    ['DATABASE_URL', 'file:./data/'],
+    ['DATABASE_URL', 'file::memory:'],
+    ['CONSUMER_DATABASE_URL_TEMPLATE', 'file:./data/{name}/'],
+    ['HOST', 'not a host name!'],
+    ['HOST', '256.1.1.1'],
+    ['HOST', 'host_with_underscore'],
+    ['HOST', '[::1]'],
+    ['HOST', '1::2::3'],
     ['DATABASE_BUSY_TIMEOUT_MS', 'soon'],
     ['NATS_URL', 'http://127.0.0.1:4222'],
     ['NATS_URL', 'nats://a b'],
@@ -119,6 +131,11 @@ describe('config - invalid values', () => {
     const error = configErrorOf({ [name]: value });
     expect(error.message).not.toMatch(/[\r\n]/);
     expect(error.message).toMatch(new RegExp(`\\b${name}\\b`));
+  });
+
+  it('takes IPv4 and IPv6 addresses and host names as HOST', () => {
+    for (const host of ['0.0.0.0', '127.0.0.1', '::', '::1', 'fe80::1%eth0', 'localhost', 'api-1.internal.example.com'])
+      expect(parseConfig({ HOST: host }).HOST).toBe(host);
   });
 
   it('names the bad variable, not a valid neighbour, when only one is bad', () => {

@@ -1,0 +1,59 @@
+// What a Node HTTP server answers for a request its own parser refuses (a malformed request line or header, a
+// Content-Length that is no number or contradicts itself, an unknown method, a header block too large, an
+// Expect it cannot meet): Node writes a bare status line for these before any JavaScript sees a request. Node-only,
+// like the entry that installs it.
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { AppError, toProblem } from '../errors.ts';
+
+/** The status Node itself would answer a parser error with (431 header overflow, 413, 408 timeout; 400 otherwise). */
+function statusOf(code: string | undefined): number {
+  if (code === 'HPE_HEADER_OVERFLOW') return 431;
+  if (code === 'HPE_CHUNK_EXTENSIONS_OVERFLOW') return 413;
+  if (code === 'ERR_HTTP_REQUEST_TIMEOUT') return 408;
+  return 400;
+}
+
+const TITLES: Record<number, [string, string, string]> = {
+  400: ['bad-request', 'Bad request', 'The request is not valid HTTP/1.1 (its request line, a header or its framing).'],
+  408: ['request-timeout', 'Request timeout', 'The request did not arrive in time.'],
+  413: ['payload-too-large', 'Payload too large', 'A chunk extension is too large.'],
+  417: ['expectation-failed', 'Expectation failed', 'The only expectation this service meets is Expect: 100-continue.'],
+  431: ['request-header-fields-too-large', 'Request header fields too large', 'The request header block is too large.'],
+};
+
+const REASONS: Record<number, string> = {
+  400: 'Bad Request',
+  408: 'Request Timeout',
+  413: 'Payload Too Large',
+  417: 'Expectation Failed',
+  431: 'Request Header Fields Too Large',
+};
+
+/** The raw HTTP/1.1 response carrying `status` as problem+json, closing the connection. */
+export function parseErrorResponse(status: number, service: string): string {
+  const [code, title, detail] = TITLES[status] ?? TITLES[400]!;
+  const body = JSON.stringify(toProblem(new AppError(status, code, title, detail), undefined, service));
+  return `HTTP/1.1 ${status} ${REASONS[status] ?? 'Bad Request'}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
+}
+
+/**
+ * Makes `server` answer what its parser refuses, and an Expect it cannot meet, with problem+json instead of Node's
+ * bare status lines; a connection that is already gone or mid-response is only closed.
+ */
+export function answerParseErrorsAsProblems(server: Server, service: string): void {
+  server.on('clientError', (error: NodeJS.ErrnoException, socket: Duplex) => {
+    const responding = (socket as { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true;
+    if (error.code === 'ECONNRESET' || !socket.writable || responding) {
+      socket.destroy();
+      return;
+    }
+    socket.end(parseErrorResponse(statusOf(error.code), service));
+  });
+  server.on('checkExpectation', (_req: IncomingMessage, res: ServerResponse) => {
+    const raw = parseErrorResponse(417, service);
+    const body = raw.slice(raw.indexOf('\r\n\r\n') + 4);
+    res.writeHead(417, { 'Content-Type': 'application/problem+json', 'Content-Length': Buffer.byteLength(body), Connection: 'close' });
+    res.end(body);
+  });
+}
