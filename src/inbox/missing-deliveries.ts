@@ -1,4 +1,4 @@
-import type { ConsumerInfo } from '@nats-io/jetstream';
+import { type ConsumerInfo, JetStreamApiError } from '@nats-io/jetstream';
 import type { Logger } from '../logger.ts';
 import { isPermissionViolation } from '../nats/permission-violation.ts';
 import { createAwaitedMessages } from './awaited-messages.ts';
@@ -6,13 +6,14 @@ import { describeError } from './handle-once.ts';
 import { aggregateOf, type InboxMessage } from './inbox-message.ts';
 import type { RangeEntry } from './stream-range.ts';
 
+/** The stream's consumer limit reached (the server's JSMaximumConsumersLimitErr): a check cannot create its reader until an operator acts. */
+const MAXIMUM_CONSUMERS_LIMIT = 10026;
+const isConsumerLimit = (error: unknown) => error instanceof JetStreamApiError && error.code === MAXIMUM_CONSUMERS_LIMIT;
+
 /** How many times a run asks the consumer before a wait that ran out goes on, and how far apart. */
 const CONFIRM_ASKS = 3;
 const CONFIRM_SPACING_MS = 250;
-/**
- * How many more waits a message gets while the broker holds messages unacknowledged outside the run, and a check
- * while the broker cannot answer it.
- */
+/** How many more waits a message gets while the broker holds messages unacknowledged outside the run. */
 export const MAX_WAIT_EXTENSIONS = 3;
 
 /** What the guard asks of the run and of the broker. */
@@ -93,8 +94,9 @@ export type MissingDeliveries = {
  * beyond those the run holds (another puller holds them, or an old one kept them alive) mean the awaited message
  * may still come, and the wait goes on (logged), up to MAX_WAIT_EXTENSIONS times; otherwise the broker will not
  * deliver it again (someone acknowledged it) and it is given up on (logged). A check the broker refuses (no
- * permission to create consumers on the stream) is given up on after `giveUpMs`; one the broker cannot answer (an
- * election, no meta leader, a timeout) holds on for up to MAX_WAIT_EXTENSIONS more waits.
+ * permission to create consumers on the stream, or its consumer limit reached) is given up on after `giveUpMs`; one the
+ * broker cannot answer (an election, no meta leader, a timeout) holds on until the broker answers it, a warning logged
+ * at each wait.
  */
 export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDeliveries {
   const awaited = createAwaitedMessages();
@@ -290,7 +292,7 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
           });
         break;
       } catch (error) {
-        const refused = isPermissionViolation(error);
+        const refused = isPermissionViolation(error) || isConsumerLimit(error);
         if (failures++ === 0)
           deps.log.warn(
             refused
@@ -299,9 +301,10 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
             { consumer: deps.consumer, error: describeError(error) },
           );
         // A broker that cannot answer for now (an election, a lost meta leader) may have lost a delivery in the same
-        // event: the check waits on for it, MAX_WAIT_EXTENSIONS more waits at most, holding on between its tries. A
-        // refusal will not change: it holds until the deadline.
-        c.retrying = !refused && c.extensions < MAX_WAIT_EXTENSIONS;
+        // event: the check holds on until it can answer, however many waits that takes (each logged), since a later
+        // event of an aggregate written before the missing one could never be taken back. A refusal will not change
+        // by itself (no permission, the stream's consumer limit reached): it holds until the deadline.
+        c.retrying = !refused;
         if (clock() >= c.deadline) {
           if (!c.retrying) break;
           c.extensions++;
@@ -309,7 +312,6 @@ export function createMissingDeliveries(deps: MissingDeliveriesDeps): MissingDel
           deps.log.warn('consumer: still cannot check for deliveries that never arrived; writing nothing newer for one more wait', {
             consumer: deps.consumer,
             wait: c.extensions + 1,
-            of: MAX_WAIT_EXTENSIONS + 1,
             error: describeError(error),
           });
         }

@@ -2,7 +2,7 @@
 // into a URL (a backslash in the path, a Host header that is no host) must still be answered as the API promises
 // ("every error is RFC 9457 application/problem+json", /openapi.json), not an empty 400 with no Content-Type.
 // What Node's own HTTP parser refuses before any request exists (431, a malformed request line) is answered by
-// src/entry/parse-error-answer.ts: see malformed-http-requests.hostile.spec.ts.
+// src/entry/parse-error-answer.ts: see test/example/malformed-http-requests.hostile.spec.ts.
 import net from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { serveOnNode } from '../../src/entry/serve-node.ts';

@@ -11,7 +11,8 @@ import { createStream, ownStream, publishEvents } from '../support/stream.ts';
 // A delivery goes missing while the cluster has no meta leader (two of three nodes killed). The stream has one
 // replica, on the node left running, so its durable keeps delivering newer messages; but the check for the missing
 // delivery reads the stream through an ephemeral consumer, and creating one needs the meta leader. A check that gave
-// up after one wait let a later event of the aggregate overtake the missing one; it must wait for the broker.
+// up after one wait, or after a fixed number of waits, let a later event of the aggregate overtake the missing one; it
+// must wait for the broker however long the cluster has no meta leader.
 
 const nats = useNatsCluster();
 
@@ -76,8 +77,10 @@ describe('JetStream cluster - no meta leader while a delivery is missing', () =>
     // no meta leader: the durable on the node left still delivers a3 and b2, the check cannot create its reader
     await Promise.all(others.map((i) => c.kill(i)));
     pulling = true;
-    // two waits of pulling time, and some: a check that gave up after its first wait has applied a3 and b2 by now
-    await sleep(13_000);
+    // well over four waits of pulling time (5.5 s each; pulling time runs slower than the clock, between pulls): a check
+    // that gave up after its first wait, or after four (measured: the earlier bound fails here), has applied a3 and b2
+    // by now; one that holds on until the broker can answer has applied neither
+    await sleep(40_000);
     expect(await appliedEvents(sdb), `nothing after the gap applied while the check cannot run; the log: ${lines.join(' / ')}`).toEqual(eventIds([a1!, b1!]));
     expect(lines.filter((l) => l.includes('still cannot check')).length).toBeGreaterThan(0);
 

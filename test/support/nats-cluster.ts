@@ -56,7 +56,7 @@ async function poll<T>(f: () => Promise<T | undefined>, timeoutMs: number, what:
 /**
  * Starts a private JetStream cluster of `size` (default 3) local nats-server processes, each with its own free client
  * and cluster port and temp store dir, routed to each other, and resolves once JetStream answers (a meta leader is
- * elected). Dispose (`await using`) kills them all and removes the dirs. Never touches a shared server.
+ * elected, and a stream with a replica on every node can be placed). Dispose (`await using`) kills them all and removes the dirs. Never touches a shared server.
  */
 export async function startNatsCluster(options: { size?: number; name?: string } = {}): Promise<NatsCluster> {
   const size = options.size ?? 3;
@@ -119,6 +119,18 @@ export async function startNatsCluster(options: { size?: number; name?: string }
     const helper = nc;
     // the manager checks the JetStream API, which answers only once the nodes agreed on a meta leader
     const jsm: JetStreamManager = await poll(() => jetstreamManager(helper, { timeout: 2000 }), 30_000, 'the JetStream meta leader');
+    // an elected meta leader may not yet count every node as a peer it can place replicas on ("no suitable peers for
+    // placement" on a loaded machine): ready once a stream with a replica on each node can be created
+    const probe = `CLUSTER_READY_${process.pid}`;
+    await poll(
+      async () => {
+        await jsm.streams.add({ name: probe, subjects: [`${probe.toLowerCase()}.>`], num_replicas: size });
+        await jsm.streams.delete(probe);
+        return true;
+      },
+      30_000,
+      'every node a peer the meta leader can place a replica on',
+    );
     return {
       urls: nodes.map((n) => n.url).join(','),
       nodes,

@@ -6,7 +6,7 @@ import { APP_MIGRATIONS } from '../../src/entry/boot.ts';
 import { serveOnNode } from '../../src/entry/serve-node.ts';
 import { silentLogger, type Logger } from '../../src/logger.ts';
 import { modules } from '../../src/modules.ts';
-import { orderTableCounts } from '../example/support.ts';
+import { orderTableCounts } from './support.ts';
 import { orderBody } from '../support/example-orders.ts';
 import { createTestService } from '../support/service.ts';
 import { freshStream, streamEnv } from '../support/stream.ts';

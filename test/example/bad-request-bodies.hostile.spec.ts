@@ -2,7 +2,7 @@
 // nothing (a body that is no UTF-8 included, chunked or not); a valid request still works afterwards.
 import { describe, expect, it } from 'vitest';
 import { orderBody } from '../support/example-orders.ts';
-import { createExampleApp, orderTableCounts } from '../example/support.ts';
+import { createExampleApp, orderTableCounts } from './support.ts';
 
 type Case = [string, string, RequestInit];
 const J = { 'content-type': 'application/json' };
