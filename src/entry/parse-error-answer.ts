@@ -14,27 +14,25 @@ function statusOf(code: string | undefined): number {
   return 400;
 }
 
-const TITLES: Record<number, [string, string, string]> = {
-  400: ['bad-request', 'Bad request', 'The request is not valid HTTP/1.1 (its request line, a header or its framing).'],
-  408: ['request-timeout', 'Request timeout', 'The request did not arrive in time.'],
-  413: ['payload-too-large', 'Payload too large', 'A chunk extension is too large.'],
-  417: ['expectation-failed', 'Expectation failed', 'The only expectation this service meets is Expect: 100-continue.'],
-  431: ['request-header-fields-too-large', 'Request header fields too large', 'The request header block is too large.'],
+/** Each status Node's parser errors are answered with: problem code, title, detail and the status line's reason. */
+const ANSWERS: Record<number, [string, string, string, string]> = {
+  400: ['bad-request', 'Bad request', 'The request is not valid HTTP/1.1 (its request line, a header or its framing).', 'Bad Request'],
+  408: ['request-timeout', 'Request timeout', 'The request did not arrive in time.', 'Request Timeout'],
+  413: ['payload-too-large', 'Payload too large', 'A chunk extension is too large.', 'Payload Too Large'],
+  417: ['expectation-failed', 'Expectation failed', 'The only expectation this service meets is Expect: 100-continue.', 'Expectation Failed'],
+  431: ['request-header-fields-too-large', 'Request header fields too large', 'The request header block is too large.', 'Request Header Fields Too Large'],
 };
 
-const REASONS: Record<number, string> = {
-  400: 'Bad Request',
-  408: 'Request Timeout',
-  413: 'Payload Too Large',
-  417: 'Expectation Failed',
-  431: 'Request Header Fields Too Large',
-};
+/** The problem+json body answering a request refused with `status`. */
+function problemBody(status: number, service: string): string {
+  const [code, title, detail] = ANSWERS[status] ?? ANSWERS[400]!;
+  return JSON.stringify(toProblem(new AppError(status, code, title, detail), undefined, service));
+}
 
 /** The raw HTTP/1.1 response carrying `status` as problem+json, closing the connection. */
-export function parseErrorResponse(status: number, service: string): string {
-  const [code, title, detail] = TITLES[status] ?? TITLES[400]!;
-  const body = JSON.stringify(toProblem(new AppError(status, code, title, detail), undefined, service));
-  return `HTTP/1.1 ${status} ${REASONS[status] ?? 'Bad Request'}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
+function parseErrorResponse(status: number, service: string): string {
+  const body = problemBody(status, service);
+  return `HTTP/1.1 ${status} ${(ANSWERS[status] ?? ANSWERS[400]!)[3]}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
 }
 
 /**
@@ -51,8 +49,7 @@ export function answerParseErrorsAsProblems(server: Server, service: string): vo
     socket.end(parseErrorResponse(statusOf(error.code), service));
   });
   server.on('checkExpectation', (_req: IncomingMessage, res: ServerResponse) => {
-    const raw = parseErrorResponse(417, service);
-    const body = raw.slice(raw.indexOf('\r\n\r\n') + 4);
+    const body = problemBody(417, service);
     res.writeHead(417, { 'Content-Type': 'application/problem+json', 'Content-Length': Buffer.byteLength(body), Connection: 'close' });
     res.end(body);
   });
