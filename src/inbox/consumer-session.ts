@@ -23,6 +23,8 @@ export type ConsumerFaults = {
    * there: nothing more is acknowledged, the runner stops and `run` rejects with the error.
    */
   afterCommit?(msg: InboxMessage, result: InboxResult): void | Promise<void>;
+  /** Runs as a write of held messages is handed to the database, before it is queued (a test's sign of a write under way). */
+  beforeWrite?(msgs: readonly InboxMessage[]): void;
 };
 
 /** `signal` and `timeLimitMs` stop pulling; the batch being written finishes and is acknowledged, the rest is handed back. */
@@ -158,6 +160,7 @@ export async function runConsumerSession(parts: ConsumerSessionParts, options: C
   const processHeld = async (taken: HeldMessage[]): Promise<void> => {
     // a copy only for a message that failed here before: what the inbox sees is its attempt
     const msgs = taken.map((h) => (h.failures === 0 ? h.msg : { ...h.msg, deliveryCount: h.msg.deliveryCount + h.failures }));
+    faults?.beforeWrite?.(msgs);
     const results = await writes.write(msgs, stop.signal, { failed: () => summary.databaseErrors++, recovered: () => roomFreed.notify() });
     if (!results) return;
     for (let k = 0; k < taken.length; k++) {

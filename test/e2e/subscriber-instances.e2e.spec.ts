@@ -5,6 +5,7 @@
 import { createClient, type Client } from '@libsql/client';
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { creditedEvent, openedEvent } from '../support/accounts.ts';
@@ -66,7 +67,12 @@ async function setup() {
   cleanups.push(() => nc.close());
   const db = createClient({ url: auditUrl });
   cleanups.push(() => db.close());
-  return { nc, jsm: await jetstreamManager(nc), db, auditUrl, instance };
+  return { nc, jsm: await jetstreamManager(nc), db, auditUrl, dir: tmp.dir, instance };
+}
+
+/** How many lines `file` holds (0 while it does not exist). */
+function linesOf(file: string): number {
+  return existsSync(file) ? readFileSync(file, 'utf8').split('\n').length - 1 : 0;
 }
 
 /** Publishes versions `from` … `to` of every account, a slice of 30 accounts at a time, `pauseMs` apart. */
@@ -157,8 +163,10 @@ describe('subscriber instances - processes', () => {
   });
 
   it('an instance paused (SIGSTOP) past its lease in the middle of a write: the other takes its partitions and applies what it held in order; resumed, its write is fenced off and handed back, and it rejoins', async () => {
-    const { nc, jsm, db, auditUrl, instance } = await setup();
-    const a = await instance('a');
+    const { nc, jsm, db, auditUrl, dir, instance } = await setup();
+    // `a` appends a line to `writes` as each of its writes is queued
+    const writes = join(dir, 'a-writes');
+    const a = await instance('a', `announce-write:${writes}`);
     const b = await instance('b');
     const ofA = await splitEvenly(jsm, a, b);
     const accounts = accountsNamed('pause');
@@ -168,8 +176,12 @@ describe('subscriber instances - processes', () => {
     const holder = await startWriteLockHolder(auditUrl);
     cleanups.push(() => holder[Symbol.asyncDispose]());
     await holder.lock();
+    const writesBefore = linesOf(writes);
     await publishVersions(nc, accounts, 2, 2);
     await eventually(async () => (await ackPending(jsm, ofA)) > 0, { what: 'a holding messages' });
+    // holding them is not yet writing them: a check of the stream may come first, and a freeze there would leave
+    // nothing to fence off
+    await eventually(async () => linesOf(writes) > writesBefore, { what: 'a write of a queued behind the lock' });
     await freeze(a.proc.pid!);
     cleanups.push(() => a.proc.kill('SIGCONT'));
     await holder.release();

@@ -10,10 +10,11 @@
 //   mark-before-puback                   the broken relay: marks rows sent before publishing, then dies on its first pass
 //   kill-after-commit:<n>[:<marker>]     SIGKILL a subscriber once n messages committed, before they are acknowledged;
 //                                        with a marker file, only the first process that gets there dies
+//   announce-write:<file>                append a line to <file> as each write of a subscriber's messages is queued
 //   no-inbox                             the broken subscribers: apply events without the inbox
 //   uncaught-exception:<ms>              throw from a timer <ms> after start
 //   unhandled-rejection:<ms>             reject a promise nobody awaits <ms> after start
-import { existsSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, writeFileSync } from 'node:fs';
 import { boot, stopOnSignals, type BootFaults } from '../../src/entry/boot.ts';
 import { serveOnNode } from '../../src/entry/serve-node.ts';
 import type { ConsumerFaults } from '../../src/inbox/consumer-runner.ts';
@@ -31,7 +32,7 @@ function parseFaults(spec: string): Fault[] {
     });
 }
 
-const KNOWN = ['kill-after-puback', 'mark-before-puback', 'kill-after-commit', 'no-inbox', 'uncaught-exception', 'unhandled-rejection'];
+const KNOWN = ['kill-after-puback', 'mark-before-puback', 'kill-after-commit', 'announce-write', 'no-inbox', 'uncaught-exception', 'unhandled-rejection'];
 
 function relayFaults(faults: Fault[]): RelayFaults | undefined {
   if (faults.some((f) => f.name === 'mark-before-puback')) {
@@ -55,13 +56,16 @@ function relayFaults(faults: Fault[]): RelayFaults | undefined {
 }
 
 function consumerFaults(faults: Fault[]): ConsumerFaults | undefined {
+  const announce = faults.find((f) => f.name === 'announce-write')?.args[0];
+  const hooks: ConsumerFaults = announce ? { beforeWrite: (msgs) => appendFileSync(announce, `${msgs.length}\n`) } : {};
   const kill = faults.find((f) => f.name === 'kill-after-commit');
-  if (!kill) return undefined;
+  if (!kill) return announce ? hooks : undefined;
   const [arg, marker] = kill.args;
-  if (marker && existsSync(marker)) return undefined;
+  if (marker && existsSync(marker)) return announce ? hooks : undefined;
   let committed = 0;
   const after = Number(arg ?? 1);
   return {
+    ...hooks,
     afterCommit() {
       if (++committed < after) return;
       if (marker) writeFileSync(marker, String(process.pid));
