@@ -5,7 +5,7 @@ import { BaseSequencer, type TestSpecification } from 'vitest/node';
  * The tiers in the order their files start: those that run real processes, clusters and long waits first, so that the
  * suite does not end with one of them running alone after every short file is done.
  */
-const TIERS = ['e2e', 'hostile', 'int', 'runtime', 'example', 'ops', 'unit', 'template'];
+const TIERS = ['chaos', 'e2e', 'hostile', 'int', 'runtime', 'example', 'ops', 'unit', 'template'];
 
 /**
  * A file's tier: the folder under test/ it is in. A folder not listed (a team's own, such as test/contexts) starts
