@@ -183,7 +183,7 @@ function throughputPanel(cmd: CommandsResult | undefined, top: number): string {
       const x2 = gx + barW * cmd.variants.length + 6;
       out.push(
         `<line x1="${x1}" y1="${y(ceiling)}" x2="${x2}" y2="${y(ceiling)}" stroke="#333" stroke-dasharray="4 3"/>`,
-        text(x2, y(ceiling) - 4, `§10 ${fmt(ceiling)}`, 'font-size="10" text-anchor="end" fill="#333"'),
+        text(x2, y(ceiling) - 4, `reference ${fmt(ceiling)}`, 'font-size="10" text-anchor="end" fill="#333"'),
       );
     }
     out.push(text(box.x + gi * groupW + groupW / 2, box.y + box.h + 18, r, 'font-size="13" text-anchor="middle" font-weight="600"'));
