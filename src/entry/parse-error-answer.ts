@@ -1,7 +1,8 @@
 // What a Node HTTP server answers for a request its own parser refuses (a malformed request line or header, a
 // Content-Length that is no number or contradicts itself, an unknown method, a header block too large, an
-// Expect it cannot meet): Node writes a bare status line for these before any JavaScript sees a request. Node-only,
-// like the entry that installs it.
+// Expect it cannot meet): Node writes a bare status line for these before any JavaScript sees a request. A CONNECT
+// request never reaches the request listener either: without a 'connect' listener Node closes its socket unanswered.
+// Node-only, like the entry that installs it.
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { AppError, toProblem } from '../errors.ts';
@@ -21,6 +22,7 @@ const ANSWERS: Record<number, [string, string, string, string]> = {
   413: ['payload-too-large', 'Payload too large', 'A chunk extension is too large.', 'Payload Too Large'],
   417: ['expectation-failed', 'Expectation failed', 'The only expectation this service meets is Expect: 100-continue.', 'Expectation Failed'],
   431: ['request-header-fields-too-large', 'Request header fields too large', 'The request header block is too large.', 'Request Header Fields Too Large'],
+  501: ['not-implemented', 'Not implemented', 'This service is no proxy: it does not implement the CONNECT method.', 'Not Implemented'],
 };
 
 /** The problem+json body answering a request refused with `status`. */
@@ -37,7 +39,8 @@ function parseErrorResponse(status: number, service: string): string {
 
 /**
  * Makes `server` answer what its parser refuses, and an Expect it cannot meet, with problem+json instead of Node's
- * bare status lines; a connection that is already gone or mid-response is only closed.
+ * bare status lines, and a CONNECT request with a 501 instead of a closed socket; a connection that is already gone
+ * or mid-response is only closed.
  */
 export function answerParseErrorsAsProblems(server: Server, service: string): void {
   server.on('clientError', (error: NodeJS.ErrnoException, socket: Duplex) => {
@@ -47,6 +50,11 @@ export function answerParseErrorsAsProblems(server: Server, service: string): vo
       return;
     }
     socket.end(parseErrorResponse(statusOf(error.code), service));
+  });
+  // RFC 9110 §15.6.2: 501 for a method the server supports for no resource
+  server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
+    if (socket.writable) socket.end(parseErrorResponse(501, service));
+    else socket.destroy();
   });
   server.on('checkExpectation', (_req: IncomingMessage, res: ServerResponse) => {
     const body = problemBody(417, service);

@@ -2,92 +2,32 @@
 // partitions under a stream of events. One is SIGKILLed mid-batch (committed, not acknowledged), or paused (SIGSTOP)
 // past its lease while it holds messages: the other takes its partitions over, and every event takes effect once,
 // each aggregate's in order.
-import { createClient, type Client } from '@libsql/client';
-import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
-import type { NatsConnection } from '@nats-io/transport-node';
-import { existsSync, readFileSync } from 'node:fs';
+import type { JetStreamManager } from '@nats-io/jetstream';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { creditedEvent, openedEvent } from '../support/accounts.ts';
-import { createTempDir } from '../support/db.ts';
 import { eventually } from '../support/eventually.ts';
-import { natsClient, startNats } from '../support/nats.ts';
-import { FAULT_ENTRY, FIXTURE_ENTRY, freePort, freeze, runtimeCommand, spawnChild, withOutput } from '../support/process.ts';
-import { publishRaw } from '../support/stream.ts';
+import { freeze, withOutput } from '../support/process.ts';
 import { startWriteLockHolder } from '../support/write-lock.ts';
-import { durable, PARTITIONS, partitionsOf, splitEvenly, STREAM, type Instance } from '../support/audit-instances.ts';
+import {
+  accountsNamed,
+  AUDIT_LEASE_TTL_MS,
+  durable,
+  expectAllOnceInOrder,
+  linesOf,
+  PARTITIONS,
+  partitionsOf,
+  publishVersions,
+  splitEvenly,
+  STREAM,
+  startAuditInstances,
+} from '../support/audit-instances.ts';
 
 const cleanups: Array<() => Promise<unknown> | unknown> = [];
 afterEach(async () => {
   while (cleanups.length) await cleanups.pop()!();
 });
 
-const TTL_MS = 1500;
-
-/** A broker, a directory for the databases, and a way to start instances of `audit` alone over them. */
-async function setup() {
-  const nats = await startNats();
-  const tmp = createTempDir();
-  cleanups.push(
-    () => tmp[Symbol.dispose](),
-    () => nats[Symbol.asyncDispose](),
-  );
-  const auditUrl = `file:${join(tmp.dir, 'audit.db')}`;
-  const env = {
-    DATABASE_URL: `file:${join(tmp.dir, 'app.db')}`,
-    CONSUMER_DATABASE_URL_TEMPLATE: `file:${join(tmp.dir, '{name}.db')}`,
-    NATS_URL: nats.url,
-    LOG_LEVEL: 'warn',
-    CONSUMER_PARTITIONED: 'true',
-    RELAY_LEASE_TTL_MS: String(TTL_MS),
-    // what a dead or paused instance held comes back soon; the new owner applies nothing newer of theirs before
-    CONSUMER_ACK_WAIT_MS: '2000',
-    CONSUMER_BATCH: '20',
-    DATABASE_BUSY_TIMEOUT_MS: '30000',
-    RELAY_BACKOFF_BASE_MS: '100',
-    RELAY_MAX_BACKOFF_MS: '1000',
-  };
-  /** An instance serving /ready on a port of its own; with a fault, the fault entry. */
-  const instance = async (name: string, fault?: string): Promise<Instance> => {
-    const port = await freePort();
-    const { cmd, args } = runtimeCommand('node', fault ? FAULT_ENTRY : FIXTURE_ENTRY);
-    const entryArgs = fault ? ['--fixture', 'consume', 'audit'] : [];
-    const child = spawnChild(cmd, [...args, ...entryArgs], {
-      ...env,
-      ROLES: 'consumers',
-      CONSUMERS: 'audit',
-      INSTANCE_NAME: name,
-      METRICS_PORT: String(port),
-      ...(fault ? { HONO_OUTBOX_TEST_FAULT: fault } : {}),
-    });
-    cleanups.push(() => child.kill9());
-    return { ...child, url: `http://127.0.0.1:${port}` };
-  };
-  const nc = await natsClient(nats.url);
-  cleanups.push(() => nc.close());
-  const db = createClient({ url: auditUrl });
-  cleanups.push(() => db.close());
-  return { nc, jsm: await jetstreamManager(nc), db, auditUrl, dir: tmp.dir, instance };
-}
-
-/** How many lines `file` holds (0 while it does not exist). */
-function linesOf(file: string): number {
-  return existsSync(file) ? readFileSync(file, 'utf8').split('\n').length - 1 : 0;
-}
-
-/** Publishes versions `from` … `to` of every account, a slice of 30 accounts at a time, `pauseMs` apart. */
-async function publishVersions(nc: NatsConnection, accounts: readonly string[], from: number, to: number, pauseMs = 0): Promise<void> {
-  for (let version = from; version <= to; version++)
-    for (let at = 0; at < accounts.length; at += 30) {
-      await Promise.all(
-        accounts.slice(at, at + 30).map((accountId) => {
-          const e = version === 1 ? openedEvent({ accountId }) : creditedEvent({ accountId, version });
-          return publishRaw(nc, STREAM, e, e.eventId);
-        }),
-      );
-      if (pauseMs > 0) await new Promise((r) => setTimeout(r, pauseMs));
-    }
-}
+const TTL_MS = AUDIT_LEASE_TTL_MS;
 
 const ackPending = async (jsm: JetStreamManager, partitions: readonly number[]) => {
   let n = 0;
@@ -95,28 +35,9 @@ const ackPending = async (jsm: JetStreamManager, partitions: readonly number[]) 
   return n;
 };
 
-/** Waits for every version of every account, then checks each took effect once and each account's in order. */
-async function expectAllOnceInOrder(db: Client, accounts: readonly string[], versions: number, waiting: Instance): Promise<void> {
-  const total = accounts.length * versions;
-  const count = async (sql: string) => Number((await db.execute(sql)).rows[0]![0]);
-  await withOutput(
-    waiting,
-    eventually(async () => (await count('SELECT count(*) FROM inbox')) >= total, { timeoutMs: 30_000, what: `${total} events applied` }),
-  );
-  expect(await count('SELECT count(*) FROM inbox')).toBe(total);
-  expect(await count('SELECT count(*) FROM audit_log')).toBe(total);
-  const applied = new Map<string, number[]>();
-  for (const r of (await db.execute('SELECT account_id, aggregate_version FROM audit_log ORDER BY n')).rows)
-    applied.set(String(r.account_id), [...(applied.get(String(r.account_id)) ?? []), Number(r.aggregate_version)]);
-  const expected = Array.from({ length: versions }, (_, i) => i + 1);
-  for (const account of accounts) expect(applied.get(account), account).toEqual(expected);
-}
-
-const accountsNamed = (tag: string) => Array.from({ length: 120 }, (_, i) => `${tag}-${process.pid}-${i}`);
-
 describe('subscriber instances - processes', () => {
   it('one of two partitioned instances SIGKILLed mid-batch: the survivor takes its partitions within the lease TTL and a pass, and every event takes effect once, in order per aggregate', async () => {
-    const { nc, jsm, db, instance } = await setup();
+    const { nc, jsm, db, instance } = await startAuditInstances(cleanups);
     // `a` dies right after its 150th commit, before acknowledging that batch (kill-after-commit)
     const a = await instance('a', 'kill-after-commit:150');
     const b = await instance('b');
@@ -163,7 +84,7 @@ describe('subscriber instances - processes', () => {
   });
 
   it('an instance paused (SIGSTOP) past its lease in the middle of a write: the other takes its partitions and applies what it held in order; resumed, its write is fenced off and handed back, and it rejoins', async () => {
-    const { nc, jsm, db, auditUrl, dir, instance } = await setup();
+    const { nc, jsm, db, auditUrl, dir, instance } = await startAuditInstances(cleanups);
     // `a` appends a line to `writes` as each of its writes is queued
     const writes = join(dir, 'a-writes');
     const a = await instance('a', `announce-write:${writes}`);
