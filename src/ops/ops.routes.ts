@@ -6,12 +6,12 @@ import { NotFoundError } from '../errors.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import { pageFailed, requeueFailed, type FailedRow } from '../outbox/failed-rows.ts';
 import type { Signal } from '../signal.ts';
-import { PageLimit, storedJson, validQuery } from './admin-query.ts';
+import { decimalParam, PageLimit, storedJson, validQuery } from './admin-query.ts';
 import { describeAdmin } from '../http/describe-route.ts';
 import { requireBearer } from './bearer-auth.ts';
 import { describeRoute } from 'hono-openapi';
 
-const FailedQuery = z.object({ limit: PageLimit, after: z.coerce.number().int().min(0).optional() });
+const FailedQuery = z.object({ limit: PageLimit, after: decimalParam(0).optional() });
 
 /** A failed row as the admin routes show it: the stored event parsed. */
 const toFailedItem = (r: FailedRow) => ({ ...r, payload: storedJson(r.payload) });

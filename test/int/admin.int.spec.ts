@@ -183,7 +183,7 @@ describe('admin - dead letters', () => {
     expect(seen).toEqual(all.items.map((d) => d.eventId));
 
     await expectProblem(await send(s.app, 'DELETE', `${base}/${encodeURIComponent(seen[0]!)}`), 404);
-    for (const bad of ['limit=0', 'limit=1001', 'limit=x', 'after=not-a-cursor'])
+    for (const bad of ['limit=0', 'limit=1001', 'limit=x', 'limit=+5', 'limit=1000.0', 'limit=%205', 'limit=0x10', 'limit=', 'after=not-a-cursor'])
       await expectProblem(await s.app.request(`${base}?${bad}`, { headers: auth }), 400);
     await expectProblem(await s.app.request('/admin/subscribers/billing/dead-letters', { headers: auth }), 404);
     await expectProblem(await send(s.app, 'POST', '/admin/subscribers/billing/dead-letters/replay-all'), 404);
@@ -278,7 +278,7 @@ describe('admin - failed outbox rows', () => {
     expect(first.next).toBe(first.items[2]!.seq);
     const second = await get<Page<FailedItem>>(s.app, `/admin/outbox/failed?limit=3&after=${first.next}`);
     expect(second).toMatchObject({ items: [{ id: failed[3]!.eventId, payload: failed[3] }], next: null });
-    for (const bad of ['limit=0', 'limit=1001', 'after=-1', 'after=x'])
+    for (const bad of ['limit=0', 'limit=1001', 'after=-1', 'after=x', 'after=%20', 'after=', 'after=0b1', 'after=1e3', 'after=1.5', 'after=9007199254740993', 'limit=3.0'])
       await expectProblem(await s.app.request(`/admin/outbox/failed?${bad}`, { headers: auth }), 400);
 
     expect(await (await send(s.app, 'POST', `/admin/outbox/failed/${failed[0]!.eventId}/retry`)).json()).toEqual({ requeued: 1 });
