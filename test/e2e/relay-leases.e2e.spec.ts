@@ -15,8 +15,9 @@ import { createTempDir, createTestDb } from '../support/db.ts';
 import { eventually } from '../support/eventually.ts';
 import { FIXTURE_MIGRATIONS, fixtureModules } from '../support/fixture/modules.ts';
 import { natsClient, startNats, type NatsServer } from '../support/nats.ts';
-import { FIXTURE_ENTRY, freePort, freeze, runtimeCommand, spawnChild, withOutput, type ChildHandle } from '../support/process.ts';
+import { FIXTURE_ENTRY, freePort, runtimeCommand, spawnChild, withOutput, type ChildHandle } from '../support/process.ts';
 import { republishCauses } from '../support/relay.ts';
+import { pauseOutsideAWrite } from '../support/pause-outside-write.ts';
 
 // Relays as real processes (the fixture's, ROLES=relay) sharing one outbox database: they split its partitions by
 // leases kept in that database, take over a dead or paused relay's partitions once its leases run out, hand theirs
@@ -193,30 +194,6 @@ function steadyCommands(accounts: Awaited<ReturnType<typeof migratedWithCommands
       return placed;
     },
   };
-}
-
-/**
- * SIGSTOPs `relay` at a moment it holds no write transaction. A process frozen inside one keeps SQLite's write lock,
- * and then no other process can write at all (no lease renewal, no command) until it runs again: leases cannot help
- * there, so this test pauses the relay outside its writes, probing the lock while it is stopped.
- */
-async function pauseOutsideAWrite(relay: Relay, dbUrl: string): Promise<void> {
-  const probe = createClient({ url: dbUrl, timeout: 300 });
-  try {
-    for (let attempt = 0; attempt < 50; attempt++) {
-      await freeze(relay.proc.pid!);
-      try {
-        await probe.executeMultiple('BEGIN IMMEDIATE; ROLLBACK');
-        return;
-      } catch {
-        relay.proc.kill('SIGCONT'); // stopped inside a write (or the lock was busy for 300 ms): try another moment
-        await sleep(20 + Math.random() * 30);
-      }
-    }
-    throw new Error('could not pause the relay outside a write transaction');
-  } finally {
-    probe.close();
-  }
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -278,7 +278,19 @@ describe('admin - failed outbox rows', () => {
     expect(first.next).toBe(first.items[2]!.seq);
     const second = await get<Page<FailedItem>>(s.app, `/admin/outbox/failed?limit=3&after=${first.next}`);
     expect(second).toMatchObject({ items: [{ id: failed[3]!.eventId, payload: failed[3] }], next: null });
-    for (const bad of ['limit=0', 'limit=1001', 'after=-1', 'after=x', 'after=%20', 'after=', 'after=0b1', 'after=1e3', 'after=1.5', 'after=9007199254740993', 'limit=3.0'])
+    for (const bad of [
+      'limit=0',
+      'limit=1001',
+      'after=-1',
+      'after=x',
+      'after=%20',
+      'after=',
+      'after=0b1',
+      'after=1e3',
+      'after=1.5',
+      'after=9007199254740993',
+      'limit=3.0',
+    ])
       await expectProblem(await s.app.request(`/admin/outbox/failed?${bad}`, { headers: auth }), 400);
 
     expect(await (await send(s.app, 'POST', `/admin/outbox/failed/${failed[0]!.eventId}/retry`)).json()).toEqual({ requeued: 1 });
