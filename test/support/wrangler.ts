@@ -23,7 +23,9 @@ export async function startWorker(vars: Record<string, string>, cleanups: Array<
   for (const [k, v] of Object.entries(vars)) args.push('--var', `${k}:${v}`);
   const child = spawnGroup(process.execPath, args, { ...OFFLINE, WRANGLER_LOG_PATH: state.dir });
   cleanups.push(() => state[Symbol.dispose]());
-  cleanups.push(async () => void (await child.kill9()));
+  // SIGTERM first: wrangler then removes the bundle it wrote under .wrangler/tmp in the repository (a SIGKILL leaves
+  // it behind); what does not exit within 5 s is killed
+  cleanups.push(async () => void (await child.stop('SIGTERM', 5000).catch(() => child.kill9())));
   const url = `http://127.0.0.1:${port}`;
   await waitForHttp(`${url}/health`, { child, timeoutMs: 45_000 });
   return { url, child };
