@@ -3,6 +3,7 @@ import { sqlOf, type Database } from '../db/open-database.ts';
 import type { Writer } from '../db/writer.ts';
 import { textOf, textOrBytes } from '../db/column-guards.ts';
 import { aggregateHash } from './partition.ts';
+import { SENT_PENDING_COUNT } from './outbox-stats.ts';
 
 /** The relay was asked for another partition count while rows are pending: moving them could split an aggregate's order. */
 export class PartitionCountChangeError extends Error {
@@ -68,7 +69,7 @@ export async function applyPartitionCount(writer: Writer, count: number): Promis
     const previous = await readPartitionCount(raw);
     const hashed = await hashUnpartitionedRows(raw, previous);
     if (count !== previous) {
-      const pending = Number((await raw.execute("SELECT count(*) AS n FROM outbox WHERE status = 'pending'")).rows[0]!.n);
+      const pending = Number((await raw.execute(`SELECT (SELECT count(*) FROM outbox WHERE status = 'pending') - (${SENT_PENDING_COUNT}) AS n`)).rows[0]!.n);
       if (pending > 0) {
         throw new PartitionCountChangeError(
           `Refusing to start: OUTBOX_PARTITIONS is ${count} but the outbox is spread over ${previous} partitions and ${pending} rows are pending; start the relays with OUTBOX_PARTITIONS=${previous}, and change it once nothing is pending (stop the writers and let the relays drain).`,

@@ -79,6 +79,8 @@ export type RelayPassResult = {
   fenced: number;
   /** Rows left unpublished because their partition stopped being this relay's during the pass (see `isLeased`). */
   unleased: number;
+  /** True when a fetch of the pass started below an entry of outbox_sent (see Fetched.walkedMarks). */
+  walkedMarks: boolean;
 };
 
 export type RelayPassOptions = {
@@ -93,6 +95,12 @@ export type RelayPassOptions = {
   floor?: Floor;
   /** Return once the PubAcks are in, with the mark-sent write still running in `marked`. */
   deferMark?: boolean;
+  /**
+   * When the pass's last fetch came back full (a backlog) and none of its fetches walked over recorded marks, record its
+   * fresh rows in outbox_sent, holding at most this many entries, instead of rewriting them (see markSent); whoever sets
+   * it folds those entries in later (foldSentMarks), and at once after a pass that walked over them (`walkedMarks`).
+   */
+  markLater?: number;
   /** Only rows of these leased partitions, and marks fenced by their epochs; every partition, unfenced, when omitted. */
   lease?: LeaseFence;
   /**
@@ -229,19 +237,12 @@ export async function relayPass(deps: RelayPassDeps, publisher: AckPublisher, op
     marked: Promise.resolve(),
     fenced: 0,
     unleased: 0,
+    walkedMarks: first.walkedMarks,
   };
   if (rows.length === 0) return result;
   /** What every fetched batch goes through before its rows are published (the faults of the tests). */
   const fetched = async (batch: PendingRow[]) => {
-    if (deps.faults?.markBeforePublish)
-      await deps.writer.write((tx) =>
-        markSent(
-          tx,
-          batch.map((r) => r.seq),
-          nowMs,
-          fence,
-        ),
-      );
+    if (deps.faults?.markBeforePublish) await deps.writer.write((tx) => markSent(tx, batch, nowMs, fence));
     await deps.faults?.beforePublishing?.(batch);
   };
   await fetched(rows);
@@ -371,6 +372,7 @@ export async function relayPass(deps: RelayPassDeps, publisher: AckPublisher, op
     // PubAcks and rejections that came in meanwhile: a failure or an outage leaves the batch unread after all
     if (failures.length > 0 || brokerError !== undefined) break;
     rows = next.rows;
+    result.walkedMarks ||= next.walkedMarks;
     result.fetched += rows.length;
     result.scannedTo = scannedToOf(next, s.batch);
     result.more = rows.length >= s.batch;
@@ -390,9 +392,10 @@ export async function relayPass(deps: RelayPassDeps, publisher: AckPublisher, op
       .write(async (tx) => {
         const marked = await markSent(
           tx,
-          acked.map((a) => a.row.seq),
+          acked.map((a) => a.row),
           doneMs,
           fence,
+          options.markLater !== undefined && result.more && !result.walkedMarks ? options.markLater : undefined,
         );
         const parked: Failure[] = [];
         let unchanged = 0;

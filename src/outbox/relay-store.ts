@@ -65,6 +65,8 @@ export const RELAY_LEASE_SCOPE = 'relay';
  * migration 0007 on a row that did not come from appendToOutbox) is not publishable, nor is
  * any later row of its aggregate (the probe of the normally empty idx_outbox_unhashed): the next pass gives it its
  * partition first (see givePartitions).
+ * A pending row with an entry of its seq and id in outbox_sent was published and is only waiting for its mark to be
+ * folded in (see markSent): it is not read again.
  * The scan walks idx_outbox_status_seq; the hold check probes the partial index idx_outbox_retrying.
  * A row counts as fresh unless its attempts are above 0, so a negative count (which no release writes) is read at once
  * rather than skipped while later rows of its aggregate go out. Columns a script may fill with anything are read
@@ -87,6 +89,7 @@ export const FETCH_PENDING_SQL = `SELECT o.seq, ${TEXT_COLUMNS.map((c) => `CASE 
 FROM outbox o
 WHERE o.status = 'pending' AND o.partition IN (SELECT value FROM json_each(?6)) AND (NOT (o.attempts > 0) OR o.available_at <= ?1)
   AND o.aggregate_hash IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM outbox_sent s WHERE s.seq = o.seq AND s.id = o.id)
   AND o.seq > (CASE WHEN EXISTS (
       SELECT 1 FROM outbox r INDEXED BY idx_outbox_retry_due WHERE r.attempts > 0 AND r.status = 'pending' AND r.available_at <= ?1
     ) OR (SELECT e.retries_sent FROM outbox_relay_epoch e WHERE e.id = 1) IS NOT ?5 THEN 0 ELSE ?4 END)
@@ -107,8 +110,11 @@ LIMIT ?2`;
  * The highest seq of the outbox (rows committed later are above it) and the count of retried rows sent, read in the
  * same snapshot as the fetch.
  */
-const HIGH_SEQ_SQL =
-  'SELECT coalesce((SELECT max(seq) FROM outbox), 0) AS high, (SELECT retries_sent FROM outbox_relay_epoch WHERE id = 1) AS epoch, (SELECT encoding FROM pragma_encoding) AS encoding';
+const HIGH_SEQ_SQL = `SELECT coalesce((SELECT max(seq) FROM outbox), 0) AS high, (SELECT retries_sent FROM outbox_relay_epoch WHERE id = 1) AS epoch,
+  (SELECT encoding FROM pragma_encoding) AS encoding,
+  EXISTS (SELECT 1 FROM outbox_sent WHERE seq > CASE WHEN EXISTS (
+      SELECT 1 FROM outbox r INDEXED BY idx_outbox_retry_due WHERE r.attempts > 0 AND r.status = 'pending' AND r.available_at <= ?1
+    ) OR (SELECT e.retries_sent FROM outbox_relay_epoch e WHERE e.id = 1) IS NOT ?3 THEN 0 ELSE ?2 END) AS walked_marks`;
 
 /** Where a floor stands: the seq below which rows were held, and the count of retried rows sent when it was taken. */
 export type Floor = { seq: number; epoch: number | null };
@@ -116,8 +122,12 @@ export type Floor = { seq: number; epoch: number | null };
 /** Encodes the payloads a UTF-16 database gives back as text. */
 const encoder = new TextEncoder();
 
-/** What the relay read in one snapshot: the publishable rows, the highest seq and the retried-rows-sent count then. */
-export type Fetched = { rows: PendingRow[]; high: number; epoch: number | null };
+/**
+ * What the relay read in one snapshot: the publishable rows, the highest seq and the retried-rows-sent count then, and
+ * whether the scan started below an entry of outbox_sent (below its floor, or from the oldest pending row when the floor
+ * was ignored: see FETCH_PENDING_SQL), so that it walked over rows recorded as sent.
+ */
+export type Fetched = { rows: PendingRow[]; high: number; epoch: number | null; walkedMarks: boolean };
 
 /** FETCH_PENDING_SQL over every partition: for a caller without leases (a test driving passes by hand). */
 const FETCH_ALL_PARTITIONS_SQL = FETCH_PENDING_SQL.replace(' AND o.partition IN (SELECT value FROM json_each(?6))', ' AND ?6 IS NULL');
@@ -160,7 +170,7 @@ export async function fetchPending(
           JSON.stringify(exclude.filter((seq) => seq <= floor.seq)),
         ],
       },
-      { sql: HIGH_SEQ_SQL, args: [] },
+      { sql: HIGH_SEQ_SQL, args: [nowMs, floor.seq, floor.epoch] },
     ],
     'read',
   );
@@ -180,7 +190,8 @@ export async function fetchPending(
     if (text === undefined) r.unreadable ??= 'payload';
     r.payload = encoder.encode(text ?? textOf(r.payload));
   }
-  return { rows: rows as PendingRow[], high: Number(row.high), epoch: row.epoch === null ? null : Number(row.epoch) };
+  const epoch = row.epoch === null ? null : Number(row.epoch);
+  return { rows: rows as PendingRow[], high: Number(row.high), epoch, walkedMarks: Number(row.walked_marks) === 1 };
 }
 
 export const aggregateKey = (type: string, id: string) => `${type}\u0000${id}`;
@@ -194,24 +205,64 @@ const FENCED = (owner: string, fence: string) => `AND +partition IN (
     SELECT l.partition FROM leases l, json_each(${fence}) j
     WHERE l.scope = '${RELAY_LEASE_SCOPE}' AND l.owner = ${owner} AND l.partition = j.value ->> '$[0]' AND l.epoch = j.value ->> '$[1]')`;
 
-/** markSent's statement: ?1 the time, ?2 a JSON array of seqs. */
-export const MARK_SENT_SQL = `UPDATE outbox SET status = 'sent', sent_at = ?1 WHERE status = 'pending' AND seq IN (SELECT value FROM json_each(?2))`;
-/** markSent's statement with a fence: ?3 the owner, ?4 its partitions and epochs as JSON ([[p, e], …]). */
-export const MARK_SENT_FENCED_SQL = `${MARK_SENT_SQL} ${FENCED('?3', '?4')}`;
+/**
+ * The rows a mark may change: pending, among the seqs acknowledged (?2, a JSON array) and still holding the event ids
+ * that were published (?3): a row stored again under its seq with another event between the publish and the mark (a
+ * restore, a script's `INSERT OR REPLACE`) was not published, and is left pending. `+id` keeps the search on the seq.
+ */
+const ACKNOWLEDGED = `status = 'pending' AND seq IN (SELECT value FROM json_each(?2)) AND +id IN (SELECT value FROM json_each(?3))`;
+/** markSent's statement: ?1 the time, ?2 and ?3 the acknowledged rows' seqs and ids. */
+export const MARK_SENT_SQL = `UPDATE outbox SET status = 'sent', sent_at = ?1 WHERE ${ACKNOWLEDGED}`;
+/** markSent's statement with a fence: ?4 the owner, ?5 its partitions and epochs as JSON ([[p, e], …]). */
+export const MARK_SENT_FENCED_SQL = `${MARK_SENT_SQL} ${FENCED('?4', '?5')}`;
 
 const fenceArgs = (fence: LeaseFence) => [fence.owner, JSON.stringify([...fence.epochs])];
 
 /**
- * Marks acknowledged rows sent in one statement; with `fence`, only rows of partitions still leased to it. Must be
- * called inside a write transaction. Returns how many rows it marked.
+ * markSent's statement with `later`: an entry in outbox_sent for each fresh row (never tried before), which costs the
+ * same whatever the row's size, where the UPDATE writes the whole row again. Retried rows are still marked by the
+ * UPDATE: their mark must move the epoch (trigger outbox_retry_sent) and release the rows held behind them.
  */
-export async function markSent(tx: Tx, seqs: number[], nowMs: number, fence?: LeaseFence): Promise<number> {
-  if (seqs.length === 0) return 0;
-  const res = await sqlOf(tx).execute({
-    sql: fence ? MARK_SENT_FENCED_SQL : MARK_SENT_SQL,
-    args: [nowMs, JSON.stringify(seqs), ...(fence ? fenceArgs(fence) : [])],
-  });
-  return res.rowsAffected;
+export const MARK_LATER_SQL = `INSERT OR REPLACE INTO outbox_sent (seq, id, sent_at) SELECT seq, id, ?1 FROM outbox
+  WHERE ${ACKNOWLEDGED} AND NOT (attempts > 0)`;
+const MARK_RETRIED_SQL = `${MARK_SENT_SQL} AND attempts > 0`;
+
+/**
+ * Marks acknowledged rows sent (each by its seq, while it still holds the event id that was published); with `fence`,
+ * only rows of partitions still leased to it. Must be called inside a write
+ * transaction. With `later` (a relay draining a backlog: the most entries outbox_sent may hold), fresh rows are recorded
+ * in outbox_sent instead, to be folded into the outbox by foldSentMarks once the relay has caught up; past that many
+ * entries, the oldest are folded in the same transaction, so outbox_sent stays small enough for every scan that walks it
+ * (a fetch from the oldest pending row, the stats). Returns how many rows it marked.
+ */
+export async function markSent(tx: Tx, rows: ReadonlyArray<{ seq: number; id: string }>, nowMs: number, fence?: LeaseFence, later?: number): Promise<number> {
+  if (rows.length === 0) return 0;
+  const seqs = rows.map((r) => r.seq);
+  const args = [nowMs, JSON.stringify(seqs), JSON.stringify(rows.map((r) => r.id)), ...(fence ? fenceArgs(fence) : [])];
+  const fenced = (sql: string) => (fence ? `${sql} ${FENCED('?4', '?5')}` : sql);
+  if (later === undefined) return (await sqlOf(tx).execute({ sql: fenced(MARK_SENT_SQL), args })).rowsAffected;
+  let marked = (await sqlOf(tx).execute({ sql: fenced(MARK_LATER_SQL), args })).rowsAffected;
+  if (marked < seqs.length) marked += (await sqlOf(tx).execute({ sql: fenced(MARK_RETRIED_SQL), args })).rowsAffected;
+  const held = Number((await sqlOf(tx).execute('SELECT count(*) AS n FROM outbox_sent')).rows[0]!.n);
+  if (held > later) await foldSentMarks(tx, held - later);
+  return marked;
+}
+
+/** foldSentMarks' statements: ?1 how many entries, the oldest first. */
+export const FOLD_SQL = `UPDATE outbox SET status = 'sent', sent_at = (SELECT s.sent_at FROM outbox_sent s WHERE s.seq = outbox.seq)
+  WHERE seq IN (SELECT seq FROM outbox_sent ORDER BY seq LIMIT ?1) AND status = 'pending'
+    AND id = (SELECT s.id FROM outbox_sent s WHERE s.seq = outbox.seq)`;
+export const FOLDED_SQL = 'DELETE FROM outbox_sent WHERE seq IN (SELECT seq FROM outbox_sent ORDER BY seq LIMIT ?1)';
+
+/**
+ * Folds up to `limit` entries of outbox_sent (the oldest first) into the outbox: their rows become `sent` at the time
+ * recorded, and the entries go, including those whose row is gone or holds another event now. Must be called inside a
+ * write transaction; needs no lease (the rows were published). Returns how many entries it removed: fewer than
+ * `limit` when none is left.
+ */
+export async function foldSentMarks(tx: Tx, limit: number): Promise<number> {
+  await sqlOf(tx).execute({ sql: FOLD_SQL, args: [limit] });
+  return (await sqlOf(tx).execute({ sql: FOLDED_SQL, args: [limit] })).rowsAffected;
 }
 
 /**

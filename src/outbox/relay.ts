@@ -11,12 +11,24 @@ import { createOutageBackoff } from '../worker/outage-backoff.ts';
 import { createStopControl, type StopOptions } from '../worker/stop-control.ts';
 import { createLeaseKeeper, type LeaseKeeper, type LeaseSnapshot } from '../leases/lease-keeper.ts';
 import { applyPartitionCount, PartitionCountChangeError, readPartitionCount } from './outbox-partitions.ts';
-import { RELAY_LEASE_SCOPE, type Floor } from './relay-store.ts';
+import { foldSentMarks, RELAY_LEASE_SCOPE, type Floor } from './relay-store.ts';
 import { relayPass, type RelayPassDeps, type RelayPassOptions } from './relay-pass.ts';
 import { isPermissionViolation } from '../nats/permission-violation.ts';
 
 /** Batches a pass may fetch after its first while draining a backlog (see RelayPassOptions.continuations). */
 const CONTINUATIONS = 3;
+
+/**
+ * Entries of outbox_sent folded into the outbox in one write once the relay has caught up (see foldSentMarks): at
+ * 8 KiB events ≈ 20 ms of the writer, so commands and new events wait at most that long behind the fold.
+ */
+const FOLD_BATCH = 500;
+
+/**
+ * The most entries outbox_sent holds while a relay drains (see markSent): a fetch from the oldest pending row and the
+ * stats walk them, ≈ 1 µs each, so at most ≈ 50 ms; past it a draining relay folds as many as it records.
+ */
+const RECORDED_MARKS_MAX = 50_000;
 
 /**
  * How long a stopping relay still waits for the broker: for the PubAcks of the pass in flight, a duplicate's stored-body
@@ -43,6 +55,8 @@ export type RelayDeps = RelayPassDeps & {
   partitions: number;
   /** This relay among the others: its unique lease owner name and the leases' time to live. */
   lease: { owner: string; ttlMs: number };
+  /** The most marks recorded apart while draining (RECORDED_MARKS_MAX unless a test sets fewer). */
+  recordedMarksMax?: number;
 };
 
 /** `signal` and `timeLimitMs` stop it after the pass in flight. */
@@ -140,6 +154,11 @@ export function createRelay(deps: RelayDeps): Relay {
       let marking: { done: Promise<void>; seqs: number[]; pass: { fenced: number } } | undefined;
       /** Every pending row at or below this seq was held behind an earlier row of its aggregate when last read. */
       let floor: Floor = NO_FLOOR;
+      /**
+       * outbox_sent may hold entries to fold: at start (a relay stopped during a drain may have left some), after a pass
+       * that recorded its rows there, and when partitions change hands (their last owner may have left some).
+       */
+      let unfolded = true;
       /** The leases, kept from the first time the broker answered and the partition count was applied. */
       let leases: LeaseKeeper | undefined;
       let keeping: Promise<void> | undefined;
@@ -275,6 +294,7 @@ export function createRelay(deps: RelayDeps): Relay {
             // partitions came or went: rows below the floor may now be ours
             leaseVersion = held.version();
             floor = NO_FLOOR;
+            unfolded = true;
           }
           if (active.size === 0) {
             const previous = marking;
@@ -299,6 +319,7 @@ export function createRelay(deps: RelayDeps): Relay {
               continuations: CONTINUATIONS,
               floor,
               deferMark: true,
+              markLater: deps.recordedMarksMax ?? RECORDED_MARKS_MAX,
               lease: { owner: deps.lease.owner, epochs: active },
               isLeased: (partition) => held.active().get(partition) === active.get(partition),
               ...(storedMessage ? { storedMessage } : {}),
@@ -317,6 +338,7 @@ export function createRelay(deps: RelayDeps): Relay {
           marking = undefined;
           const previousMarked = await settle(previous?.done);
           const full = pass.more;
+          if (full) unfolded = true;
           // Rows at or below the floor were held when read; only a retry that comes due (the fetch itself notices),
           // a retried row acknowledged here, rows left unpublished by a broker error or because their lease ran out
           // mid-pass, or marks that did not commit or were fenced (their partition moved while they were written) can
@@ -351,7 +373,30 @@ export function createRelay(deps: RelayDeps): Relay {
             gauges.lastPassTimestamp.set(lastSuccessfulPass.getTime() / 1000);
           }
           if (options.maxMessages !== undefined && summary.published + summary.duplicates >= options.maxMessages) break;
+          // A pass whose fetch started below recorded marks (a retry is due, the floor was reset) walked over them, and the
+          // next ones may too: they are folded in at once, before anything else is read.
+          if (pass.walkedMarks) {
+            try {
+              while ((await deps.writer.write((tx) => foldSentMarks(tx, FOLD_BATCH))) >= FOLD_BATCH && !stop.signal.aborted);
+            } catch (error) {
+              await onDatabaseTrouble(error);
+              continue;
+            }
+            unfolded = false;
+          }
           if (!full) {
+            // Caught up: the marks recorded while draining are folded in, a batch a pass so that new rows keep going out.
+            if (unfolded) {
+              let folded: number;
+              try {
+                folded = await deps.writer.write((tx) => foldSentMarks(tx, FOLD_BATCH));
+              } catch (error) {
+                await onDatabaseTrouble(error);
+                continue;
+              }
+              if (folded >= FOLD_BATCH) continue;
+              unfolded = false;
+            }
             if (options.untilIdle) break;
             await deps.wake.wait(deps.pollMs, stop.signal);
           }

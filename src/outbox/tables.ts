@@ -64,6 +64,18 @@ export const outboxRelayEpoch = sqliteTable('outbox_relay_epoch', {
   retriesSent: integer('retries_sent').notNull().default(0),
 });
 
+/**
+ * Rows the relay published while draining a backlog, recorded here instead of rewriting each outbox row (which copies
+ * its whole payload): a pending outbox row with an entry of the same seq and id counts as sent. The relay folds these
+ * entries into the outbox (status `sent`, `sent_at`) once it has caught up (see foldSentMarks), and an explicit status
+ * change to anything but `sent` drops a row's entry (trigger outbox_sent_mark_dropped).
+ */
+export const outboxSent = sqliteTable('outbox_sent', {
+  seq: integer('seq').primaryKey(),
+  id: text('id').notNull(),
+  sentAt: integer('sent_at').notNull(),
+});
+
 /** One row: how many partitions outbox rows are spread over. Rows take `aggregate_hash % count` at insert; see partition.ts. */
 export const outboxPartitions = sqliteTable(
   'outbox_partitions',

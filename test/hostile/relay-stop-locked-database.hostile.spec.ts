@@ -13,7 +13,7 @@ import { createRelay } from '../../src/outbox/relay.ts';
 import { fixtureModules } from '../support/fixture/modules.ts';
 import { RELAY_LEASE_SCOPE } from '../../src/outbox/relay-store.ts';
 import { accountCommands } from '../support/accounts.ts';
-import { countRows, createTestDb } from '../support/db.ts';
+import { countRows, createTestDb, MARKED_SENT } from '../support/db.ts';
 import { natsClient, startNats } from '../support/nats.ts';
 import { relayDeps } from '../support/relay.ts';
 import { createStream, ownStream, readStream } from '../support/stream.ts';
@@ -86,7 +86,7 @@ describe('relay - stopped while its mark-sent write waits for a foreign write lo
         const leftHeld = await countRows(t.client, 'leases', 'scope = ? AND owner IS NOT NULL', [RELAY_LEASE_SCOPE]);
         expect({ leftHeld, stoppedWithinLockPlus: endedAt - stoppedAt! < holdMs + 3000 }).toEqual({ leftHeld: 0, stoppedWithinLockPlus: true });
         const onStreamAfterFirst = (await readStream(nc, stream)).length;
-        const sentAfterFirst = await countRows(t.client, 'outbox', "status = 'sent'");
+        const sentAfterFirst = await countRows(t.client, 'outbox', MARKED_SENT);
         // no row marked sent that the stream lacks
         expect(sentAfterFirst).toBeLessThanOrEqual(onStreamAfterFirst);
         // the run's summary counts only passes whose marks committed

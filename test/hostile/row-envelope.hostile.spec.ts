@@ -59,10 +59,14 @@ describe('relay row check - the mark that lets the relay trust a payload past it
     const marks = async () => (await t.client.execute('SELECT payload_validated FROM outbox ORDER BY seq')).rows.map((r) => Number(r.payload_validated));
     expect(await marks()).toEqual([1, 1, 1, 1, 1, 1, 1, 1]);
     // the writes the relay and operators make: a failure recorded, a row parked and re-queued, rows marked sent, a new partition
+    const firstTwo = (await t.client.execute('SELECT seq, id FROM outbox WHERE seq IN (1, 2) ORDER BY seq')).rows.map((r) => ({
+      seq: Number(r.seq),
+      id: String(r.id),
+    }));
     await t.deps.writer.write(async (tx) => {
       await recordFailure(tx, { seq: 1, attempts: 0 }, 'rejected', 0, 1);
       await requeueFailed(tx, undefined);
-      await markSent(tx, [1, 2], Date.now());
+      await markSent(tx, firstTwo, Date.now());
     });
     await t.client.execute('UPDATE outbox SET partition = (partition + 1) % 16, aggregate_hash = aggregate_hash WHERE seq = 3');
     expect(await marks()).toEqual([1, 1, 1, 1, 1, 1, 1, 1]);

@@ -1,6 +1,7 @@
 import type { Client } from '@libsql/client';
 import { describe, expect, it } from 'vitest';
-import { FETCH_PENDING_SQL, MARK_SENT_FENCED_SQL } from '../../src/outbox/relay-store.ts';
+import { SENT_PENDING_COUNT } from '../../src/outbox/outbox-stats.ts';
+import { FETCH_PENDING_SQL, FOLD_SQL, MARK_LATER_SQL, MARK_SENT_FENCED_SQL } from '../../src/outbox/relay-store.ts';
 import { accountCommands } from '../support/accounts.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
 
@@ -128,15 +129,16 @@ describe('outbox - the relay marking rows sent', () => {
   async function fencedMarkPlan(t: TestDb, seqs: number, partitions: number): Promise<string[]> {
     const fence = JSON.stringify(Array.from({ length: partitions }, (_, p) => [p, 1]));
     const ids = JSON.stringify(Array.from({ length: seqs }, (_, i) => i + 1));
-    const rs = await t.client.execute({ sql: `EXPLAIN QUERY PLAN ${MARK_SENT_FENCED_SQL}`, args: [Date.now(), ids, 'relay-a', fence] });
+    const eventIds = JSON.stringify(Array.from({ length: seqs }, (_, i) => `event-${i + 1}`));
+    const rs = await t.client.execute({ sql: `EXPLAIN QUERY PLAN ${MARK_SENT_FENCED_SQL}`, args: [Date.now(), ids, eventIds, 'relay-a', fence] });
     return rs.rows.map((r) => String(r.detail));
   }
 
-  /** The outbox search of the mark finds rows by (status, seq) alone, and scans nothing. */
+  /** The outbox search of the mark finds rows by their seq alone (the rowid, or (status, seq)), and scans nothing. */
   function expectSeqDrivenSearch(plan: string[]): void {
     const shown = plan.join('\n');
     expect(
-      plan.some((d) => /^SEARCH outbox USING (COVERING )?INDEX idx_outbox_status_seq \(status=\? AND seq=\?\)$/.test(d)),
+      plan.some((d) => /^SEARCH outbox USING (INTEGER PRIMARY KEY \(rowid=\?\)|(COVERING )?INDEX idx_outbox_status_seq \(status=\? AND seq=\?\))$/.test(d)),
       shown,
     ).toBe(true);
     // a search on (status, seq, partition) probes the index once per leased partition for every seq
@@ -164,7 +166,28 @@ describe('outbox - the relay marking rows sent', () => {
   it('the check notices a fence that lets the partitions drive the search (so a rewrite that does fails CI)', async () => {
     await using t = await createTestDb();
     const sql = MARK_SENT_FENCED_SQL.replace('+partition IN', 'partition IN');
-    const rs = await t.client.execute({ sql: `EXPLAIN QUERY PLAN ${sql}`, args: [Date.now(), '[1,2,3]', 'relay-a', '[[0,1],[1,1]]'] });
+    const rs = await t.client.execute({ sql: `EXPLAIN QUERY PLAN ${sql}`, args: [Date.now(), '[1,2,3]', '["a","b","c"]', 'relay-a', '[[0,1],[1,1]]'] });
     expect(rs.rows.map((r) => String(r.detail)).join('\n')).toMatch(/partition=\?/);
+  });
+});
+
+describe('outbox - marks recorded apart (outbox_sent)', () => {
+  async function planOfStatement(t: TestDb, sql: string, args: Array<string | number>): Promise<string> {
+    const rs = await t.client.execute({ sql: `EXPLAIN QUERY PLAN ${sql}`, args });
+    return rs.rows.map((r) => String(r.detail)).join('\n');
+  }
+
+  it.each([
+    ['records each row found by its seq', MARK_LATER_SQL, [1, '[1,2,3]', '["a","b","c"]']],
+    ['folds entries into rows found by their seq', FOLD_SQL, [500]],
+    ['counts recorded pending rows from the entries, not from every pending row', SENT_PENDING_COUNT, []],
+  ] as const)('%s, scanning no outbox rows (backlog and entries both present)', async (_label, sql, args) => {
+    await using t = await createTestDb();
+    await seed(t, 300, 0.2);
+    await t.client.execute("INSERT INTO outbox_sent SELECT seq, id, 1 FROM outbox WHERE status = 'pending' AND seq < 150");
+    await t.client.execute('ANALYZE');
+    const plan = await planOfStatement(t, sql, [...args]);
+    expect(plan).not.toMatch(/^SCAN (outbox|p)\b/m);
+    expect(plan).not.toMatch(/INDEX idx_outbox_status_seq \(status=\?\)$/m);
   });
 });

@@ -186,16 +186,17 @@ describe('relay - fencing', () => {
     await new Promise((r) => setTimeout(r, 300));
     const fresh = await relayLeases(t, 'fresh');
     expect(fresh.owned.size).toBe(16);
-    const seqs = (await t.client.execute('SELECT seq FROM outbox ORDER BY seq')).rows.map((r) => Number(r.seq));
+    const rows = (await t.client.execute('SELECT seq, id FROM outbox ORDER BY seq')).rows.map((r) => ({ seq: Number(r.seq), id: String(r.id) }));
+    const seqs = rows.map((r) => r.seq);
     const staleFence = { owner: 'stale', epochs: stale.owned };
-    const marked = await t.deps.writer.write((tx) => markSent(tx, seqs, Date.now(), staleFence));
+    const marked = await t.deps.writer.write((tx) => markSent(tx, rows, Date.now(), staleFence));
     expect(marked).toBe(0);
     const failed = await t.deps.writer.write((tx) => recordFailure(tx, { seq: seqs[0]!, attempts: 0 }, 'stale failure', Date.now(), 1, staleFence));
     expect(failed).toBe('unchanged');
     expect(await countRows(t.client, 'outbox', "status = 'pending' AND attempts = 0")).toBe(20);
     // the owner at the current epoch can
     const freshFence = { owner: 'fresh', epochs: fresh.owned };
-    expect(await t.deps.writer.write((tx) => markSent(tx, seqs.slice(1), Date.now(), freshFence))).toBe(19);
+    expect(await t.deps.writer.write((tx) => markSent(tx, rows.slice(1), Date.now(), freshFence))).toBe(19);
     expect(await t.deps.writer.write((tx) => recordFailure(tx, { seq: seqs[0]!, attempts: 0 }, 'poison', Date.now(), 1, freshFence))).toBe('failed');
   });
 

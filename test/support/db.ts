@@ -38,6 +38,12 @@ export type TestDb = {
   [Symbol.dispose](): void;
 };
 
+/**
+ * The outbox rows marked sent, wherever the mark is: status `sent`, or a pending row with an entry of its seq and id in
+ * outbox_sent (a mark the relay recorded apart while draining a backlog and has not folded in yet).
+ */
+export const MARKED_SENT = "(status = 'sent' OR (status = 'pending' AND EXISTS (SELECT 1 FROM outbox_sent s WHERE s.seq = outbox.seq AND s.id = outbox.id)))";
+
 /** A fresh service database (`await using t = await createTestDb()`), migrated with the fixture's migrations by default. */
 export async function createTestDb(options: TestDbOptions = {}): Promise<TestDb> {
   const tmp = createTempDir();
