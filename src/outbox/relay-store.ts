@@ -43,6 +43,14 @@ const TEXT_COLUMNS = ['id', 'aggregate_type', 'aggregate_id', 'message_type', 'h
 export const RELAY_LEASE_SCOPE = 'relay';
 
 /**
+ * Where the fetch's scan starts (it reads rows above it): the caller's floor (`floor`), unless a retried or re-queued
+ * row is due at `now` or the count of retried rows sent is no longer `epoch` (see FETCH_PENDING_SQL): then 0.
+ */
+const SCAN_START = (now: string, floor: string, epoch: string) => `(CASE WHEN EXISTS (
+      SELECT 1 FROM outbox r INDEXED BY idx_outbox_retry_due WHERE r.attempts > 0 AND r.status = 'pending' AND r.available_at <= ${now}
+    ) OR (SELECT e.retries_sent FROM outbox_relay_epoch e WHERE e.id = 1) IS NOT ${epoch} THEN 0 ELSE ${floor} END)`;
+
+/**
  * The relay's fetch: up to `limit` publishable rows in commit (seq) order. A row is publishable when it is
  * `pending`, due (a fresh row always, whatever the clock of the process that wrote it; a retried or re-queued row
  * once its `available_at` has passed), not among `exclude` (rows of the previous pass, already acknowledged, whose
@@ -90,9 +98,7 @@ FROM outbox o
 WHERE o.status = 'pending' AND o.partition IN (SELECT value FROM json_each(?6)) AND (NOT (o.attempts > 0) OR o.available_at <= ?1)
   AND o.aggregate_hash IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM outbox_sent s WHERE s.seq = o.seq AND s.id = o.id)
-  AND o.seq > (CASE WHEN EXISTS (
-      SELECT 1 FROM outbox r INDEXED BY idx_outbox_retry_due WHERE r.attempts > 0 AND r.status = 'pending' AND r.available_at <= ?1
-    ) OR (SELECT e.retries_sent FROM outbox_relay_epoch e WHERE e.id = 1) IS NOT ?5 THEN 0 ELSE ?4 END)
+  AND o.seq > ${SCAN_START('?1', '?4', '?5')}
   AND o.seq NOT IN (SELECT value FROM json_each(?3)) AND (o.seq > ?4 OR o.seq NOT IN (SELECT value FROM json_each(?7)))
   AND NOT EXISTS (
     SELECT 1 FROM outbox h
@@ -112,9 +118,7 @@ LIMIT ?2`;
  */
 const HIGH_SEQ_SQL = `SELECT coalesce((SELECT max(seq) FROM outbox), 0) AS high, (SELECT retries_sent FROM outbox_relay_epoch WHERE id = 1) AS epoch,
   (SELECT encoding FROM pragma_encoding) AS encoding,
-  EXISTS (SELECT 1 FROM outbox_sent WHERE seq > CASE WHEN EXISTS (
-      SELECT 1 FROM outbox r INDEXED BY idx_outbox_retry_due WHERE r.attempts > 0 AND r.status = 'pending' AND r.available_at <= ?1
-    ) OR (SELECT e.retries_sent FROM outbox_relay_epoch e WHERE e.id = 1) IS NOT ?3 THEN 0 ELSE ?2 END) AS walked_marks`;
+  EXISTS (SELECT 1 FROM outbox_sent WHERE seq > ${SCAN_START('?1', '?2', '?3')}) AS walked_marks`;
 
 /** Where a floor stands: the seq below which rows were held, and the count of retried rows sent when it was taken. */
 export type Floor = { seq: number; epoch: number | null };

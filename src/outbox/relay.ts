@@ -175,6 +175,21 @@ export function createRelay(deps: RelayDeps): Relay {
         deps.log.warn('relay: database unavailable, backing off', { error: String(error) });
         await databaseOutage.backOff(stop.signal);
       };
+      /**
+       * Folds the marks recorded in outbox_sent into the outbox: every one (`all`, unless the relay is stopping) or one
+       * batch. Whether any is left; undefined (after backing off) when the database refused.
+       */
+      const foldMarks = async (all: boolean): Promise<boolean | undefined> => {
+        try {
+          let folded: number;
+          do folded = await deps.writer.write((tx) => foldSentMarks(tx, FOLD_BATCH));
+          while (all && folded >= FOLD_BATCH && !stop.signal.aborted);
+          return folded >= FOLD_BATCH;
+        } catch (error) {
+          await onDatabaseTrouble(error);
+          return undefined;
+        }
+      };
       /** Waits for a mark-sent write; false (after backing off) when the database refused it. */
       const settle = async (done: Promise<void> | undefined): Promise<boolean> => {
         try {
@@ -374,29 +389,15 @@ export function createRelay(deps: RelayDeps): Relay {
           }
           if (options.maxMessages !== undefined && summary.published + summary.duplicates >= options.maxMessages) break;
           // A pass whose fetch started below recorded marks (a retry is due, the floor was reset) walked over them, and the
-          // next ones may too: they are folded in at once, before anything else is read.
-          if (pass.walkedMarks) {
-            try {
-              while ((await deps.writer.write((tx) => foldSentMarks(tx, FOLD_BATCH))) >= FOLD_BATCH && !stop.signal.aborted);
-            } catch (error) {
-              await onDatabaseTrouble(error);
-              continue;
-            }
-            unfolded = false;
+          // next ones may too: they are folded in at once, before anything else is read. Caught up (a partial pass), the
+          // relay folds them a batch a pass, so that new rows keep going out meanwhile.
+          if (pass.walkedMarks || (!full && unfolded)) {
+            const left = await foldMarks(pass.walkedMarks);
+            if (left === undefined) continue;
+            unfolded = left;
+            if (left && !full) continue;
           }
           if (!full) {
-            // Caught up: the marks recorded while draining are folded in, a batch a pass so that new rows keep going out.
-            if (unfolded) {
-              let folded: number;
-              try {
-                folded = await deps.writer.write((tx) => foldSentMarks(tx, FOLD_BATCH));
-              } catch (error) {
-                await onDatabaseTrouble(error);
-                continue;
-              }
-              if (folded >= FOLD_BATCH) continue;
-              unfolded = false;
-            }
             if (options.untilIdle) break;
             await deps.wake.wait(deps.pollMs, stop.signal);
           }

@@ -10,8 +10,18 @@ import { accountCommands } from '../support/accounts.ts';
 import { countRows, createTestDb, MARKED_SENT, type TestDb } from '../support/db.ts';
 import { eventually } from '../support/eventually.ts';
 import { drainOutbox, relayDeps, runRelay } from '../support/relay.ts';
+import { createMetrics } from '../../src/metrics/metrics.ts';
+import { createOutboxMetrics } from '../../src/outbox/outbox-metrics.ts';
 import { freshStream, readStream, type StreamEntry } from '../support/stream.ts';
 import { useNats } from '../support/use-nats.ts';
+import { startWriteLockHolder } from '../support/write-lock.ts';
+import { registryOf } from '../../src/compose/define-modules.ts';
+import { parseConfig } from '../../src/config.ts';
+import { createDatabase } from '../../src/db/open-database.ts';
+import { createDeps } from '../../src/deps.ts';
+import { openClient } from '../../src/entry/boot.ts';
+import { silentLogger } from '../../src/logger.ts';
+import { fixtureModules } from '../support/fixture/modules.ts';
 
 const nats = useNats();
 
@@ -137,5 +147,41 @@ describe('relay - marks recorded apart: a failed fold, operators, compaction and
     expect(r2.deleted).toBe(8);
     expect(await readOutboxStats(t.deps.db, new Date())).toMatchObject({ pending: 0, failed: 0, sent: 12 });
     expect(await readStream(nats().nc, stream)).toHaveLength(12);
+  });
+
+  it('a fold refused by a foreign write lock held past the busy timeout backs the relay off; once the lock goes, every recorded row is folded, none published again', async () => {
+    await using created = await createTestDb();
+    // the relay's database opened as the service opens it, with a short busy budget
+    const client = await openClient(created.url, parseConfig({ DATABASE_URL: created.url, DATABASE_BUSY_TIMEOUT_MS: '300' }));
+    try {
+      const t = { ...created, client, deps: createDeps(createDatabase(client), silentLogger, registryOf(fixtureModules)) };
+      await accountCommands(t.deps).openMany(30);
+      const stream = await freshStream(nats().nc, 'FOLDLOCK');
+      const registry = createMetrics();
+      const deps = relayDeps(t, nats().url, { stream, settings: { batch: 30 }, metrics: createOutboxMetrics(registry) });
+      expect(await relayPass(deps, createAckPublisher(nats().nc, 5000), { markLater: 1_000_000 })).toMatchObject({ published: 30, more: true });
+      expect(await countRows(t.client, 'outbox_sent')).toBe(30);
+
+      await using holder = await startWriteLockHolder(t.url);
+      await holder.lock();
+      // a relay started now reads from the oldest pending row, walks the entries and must fold them: the lock refuses it
+      const relay = runRelay(deps);
+      await eventually(async () => /database_unavailable"\} [1-9]/.test(await registry.render()), {
+        timeoutMs: 10_000,
+        what: 'the fold refused (database_unavailable)',
+      });
+      expect(await countRows(t.client, 'outbox_sent')).toBe(30);
+      await holder.release();
+
+      await eventually(async () => (await countRows(t.client, 'outbox_sent')) === 0 && (await countRows(t.client, 'outbox', "status = 'sent'")) === 30, {
+        timeoutMs: 15_000,
+        what: 'every recorded row folded',
+      });
+      const summary = await relay.stop();
+      expect({ published: summary.published, duplicates: summary.duplicates }).toEqual({ published: 0, duplicates: 0 });
+      expect(await readStream(nats().nc, stream)).toHaveLength(30);
+    } finally {
+      client.close();
+    }
   });
 });
