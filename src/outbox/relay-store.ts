@@ -233,23 +233,26 @@ const MARK_RETRIED_SQL = `${MARK_SENT_SQL} AND attempts > 0`;
 
 /**
  * Marks acknowledged rows sent (each by its seq, while it still holds the event id that was published); with `fence`,
- * only rows of partitions still leased to it. Must be called inside a write
- * transaction. With `later` (a relay draining a backlog: the most entries outbox_sent may hold), fresh rows are recorded
- * in outbox_sent instead, to be folded into the outbox by foldSentMarks once the relay has caught up; past that many
- * entries, the oldest are folded in the same transaction, so outbox_sent stays small enough for every scan that walks it
- * (a fetch from the oldest pending row, the stats). Returns how many rows it marked.
+ * only rows of partitions still leased to it. Must be called inside a write transaction. With `later` (a relay draining
+ * a backlog: the most entries outbox_sent may hold), fresh rows are recorded in outbox_sent instead, to be folded into
+ * the outbox by foldSentMarks once the relay has caught up, while it holds fewer than `later` entries; from there on
+ * rows are marked in place (a recorded mark costs its row's rewrite at the fold anyway), so outbox_sent stays small
+ * enough for every scan that walks it (a fetch from the oldest pending row, the stats). Returns how many rows it marked.
  */
 export async function markSent(tx: Tx, rows: ReadonlyArray<{ seq: number; id: string }>, nowMs: number, fence?: LeaseFence, later?: number): Promise<number> {
   if (rows.length === 0) return 0;
   const seqs = rows.map((r) => r.seq);
   const args = [nowMs, JSON.stringify(seqs), JSON.stringify(rows.map((r) => r.id)), ...(fence ? fenceArgs(fence) : [])];
   const fenced = (sql: string) => (fence ? `${sql} ${FENCED('?4', '?5')}` : sql);
-  if (later === undefined) return (await sqlOf(tx).execute({ sql: fenced(MARK_SENT_SQL), args })).rowsAffected;
+  if (later === undefined || (await recordedAtLeast(tx, later))) return (await sqlOf(tx).execute({ sql: fenced(MARK_SENT_SQL), args })).rowsAffected;
   let marked = (await sqlOf(tx).execute({ sql: fenced(MARK_LATER_SQL), args })).rowsAffected;
   if (marked < seqs.length) marked += (await sqlOf(tx).execute({ sql: fenced(MARK_RETRIED_SQL), args })).rowsAffected;
-  const held = Number((await sqlOf(tx).execute('SELECT count(*) AS n FROM outbox_sent')).rows[0]!.n);
-  if (held > later) await foldSentMarks(tx, held - later);
   return marked;
+}
+
+/** Whether outbox_sent holds `n` entries or more: a plain count(*), which SQLite answers from the table's pages alone. */
+async function recordedAtLeast(tx: Tx, n: number): Promise<boolean> {
+  return Number((await sqlOf(tx).execute('SELECT count(*) AS n FROM outbox_sent')).rows[0]!.n) >= n;
 }
 
 /** foldSentMarks' statements: ?1 how many entries, the oldest first. */

@@ -26,7 +26,7 @@ const FOLD_BATCH = 500;
 
 /**
  * The most entries outbox_sent holds while a relay drains (see markSent): a fetch from the oldest pending row and the
- * stats walk them, ≈ 1 µs each, so at most ≈ 50 ms; past it a draining relay folds as many as it records.
+ * stats walk them, ≈ 1 µs each, so at most ≈ 50 ms; from there on a draining relay marks rows in place.
  */
 const RECORDED_MARKS_MAX = 50_000;
 

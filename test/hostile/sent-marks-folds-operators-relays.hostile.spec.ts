@@ -7,13 +7,14 @@ import { foldSentMarks } from '../../src/outbox/relay-store.ts';
 import { requeueFailed } from '../../src/outbox/failed-rows.ts';
 import { compactOutbox } from '../../src/outbox/compact-outbox.ts';
 import { accountCommands } from '../support/accounts.ts';
-import { countRows, createTestDb, MARKED_SENT, type TestDb } from '../support/db.ts';
+import { countRows, createTestDb, MARKED_SENT } from '../support/db.ts';
 import { eventually } from '../support/eventually.ts';
 import { drainOutbox, relayDeps, runRelay } from '../support/relay.ts';
 import { createMetrics } from '../../src/metrics/metrics.ts';
 import { createOutboxMetrics } from '../../src/outbox/outbox-metrics.ts';
-import { freshStream, readStream, type StreamEntry } from '../support/stream.ts';
+import { freshStream, readStream } from '../support/stream.ts';
 import { useNats } from '../support/use-nats.ts';
+import { outboxOrder, streamOrder } from '../support/aggregate-order.ts';
 import { startWriteLockHolder } from '../support/write-lock.ts';
 import { registryOf } from '../../src/compose/define-modules.ts';
 import { parseConfig } from '../../src/config.ts';
@@ -24,18 +25,6 @@ import { silentLogger } from '../../src/logger.ts';
 import { fixtureModules } from '../support/fixture/modules.ts';
 
 const nats = useNats();
-
-async function orderOf(t: TestDb): Promise<Map<string, string[]>> {
-  const { rows } = await t.client.execute('SELECT id, aggregate_id FROM outbox ORDER BY seq');
-  const order = new Map<string, string[]>();
-  for (const r of rows) order.set(String(r.aggregate_id), [...(order.get(String(r.aggregate_id)) ?? []), String(r.id)]);
-  return order;
-}
-function streamOrder(msgs: StreamEntry[]): Map<string, string[]> {
-  const m = new Map<string, string[]>();
-  for (const e of msgs) m.set(e.event.aggregateId, [...(m.get(e.event.aggregateId) ?? []), e.headers['Nats-Msg-Id']!]);
-  return m;
-}
 
 describe('relay - marks recorded apart: a failed fold, operators, compaction and two relays', () => {
   it('a fold whose DELETE fails rolls back its UPDATE: rows stay pending with their entries, nothing republished, stats exact', async () => {
@@ -91,7 +80,7 @@ describe('relay - marks recorded apart: a failed fold, operators, compaction and
     const seen = msgs.map((m) => m.headers['Nats-Msg-Id']);
     expect(new Set(seen).size).toBe(seen.length);
     expect(seen.length).toBe(total);
-    expect(streamOrder(msgs)).toEqual(await orderOf(t));
+    expect(streamOrder(msgs)).toEqual(await outboxOrder(t));
     expect(await readOutboxStats(t.deps.db, new Date())).toMatchObject({ pending: 0, failed: 0, sent: total, oldestPendingAgeMs: 0 });
   });
 
@@ -122,7 +111,7 @@ describe('relay - marks recorded apart: a failed fold, operators, compaction and
     expect(new Set(seen).size, 'duplicates in the stream').toBe(seen.length);
     expect(seen.length).toBe(total);
     expect(sa.duplicates + sb.duplicates).toBe(0);
-    expect(streamOrder(msgs)).toEqual(await orderOf(t));
+    expect(streamOrder(msgs)).toEqual(await outboxOrder(t));
     expect(await readOutboxStats(t.deps.db, new Date())).toMatchObject({ pending: 0, failed: 0, sent: total });
   });
 
