@@ -217,8 +217,10 @@ const FENCED = (owner: string, fence: string) => `AND +partition IN (
 const ACKNOWLEDGED = `status = 'pending' AND seq IN (SELECT value FROM json_each(?2)) AND +id IN (SELECT value FROM json_each(?3))`;
 /** markSent's statement: ?1 the time, ?2 and ?3 the acknowledged rows' seqs and ids. */
 export const MARK_SENT_SQL = `UPDATE outbox SET status = 'sent', sent_at = ?1 WHERE ${ACKNOWLEDGED}`;
-/** markSent's statement with a fence: ?4 the owner, ?5 its partitions and epochs as JSON ([[p, e], …]). */
-export const MARK_SENT_FENCED_SQL = `${MARK_SENT_SQL} ${FENCED('?4', '?5')}`;
+/** The fence of markSent's statements: ?4 the owner, ?5 its partitions and epochs as JSON ([[p, e], …]). */
+const MARK_FENCE = FENCED('?4', '?5');
+/** markSent's statement with a fence. */
+export const MARK_SENT_FENCED_SQL = `${MARK_SENT_SQL} ${MARK_FENCE}`;
 
 const fenceArgs = (fence: LeaseFence) => [fence.owner, JSON.stringify([...fence.epochs])];
 
@@ -243,7 +245,7 @@ export async function markSent(tx: Tx, rows: ReadonlyArray<{ seq: number; id: st
   if (rows.length === 0) return 0;
   const seqs = rows.map((r) => r.seq);
   const args = [nowMs, JSON.stringify(seqs), JSON.stringify(rows.map((r) => r.id)), ...(fence ? fenceArgs(fence) : [])];
-  const fenced = (sql: string) => (fence ? `${sql} ${FENCED('?4', '?5')}` : sql);
+  const fenced = (sql: string) => (fence ? `${sql} ${MARK_FENCE}` : sql);
   if (later === undefined || (await recordedAtLeast(tx, later))) return (await sqlOf(tx).execute({ sql: fenced(MARK_SENT_SQL), args })).rowsAffected;
   let marked = (await sqlOf(tx).execute({ sql: fenced(MARK_LATER_SQL), args })).rowsAffected;
   if (marked < seqs.length) marked += (await sqlOf(tx).execute({ sql: fenced(MARK_RETRIED_SQL), args })).rowsAffected;
