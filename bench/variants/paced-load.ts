@@ -41,10 +41,15 @@ export type PacedLoadResult = {
   totalMs: number;
 };
 
+/** How long a keep-alive socket may sit idle in the pool: under the 5 s a Node server keeps one open. */
+const IDLE_SOCKET_MS = 4000;
+
 /** Sends POSTs of `body` to `url` at `rate`/s until `maxMs` passed or `until()`; resolves once every request was answered or timed out. */
 export async function runPacedLoad(o: PacedLoadOptions): Promise<PacedLoadResult> {
   const target = new URL(o.url);
-  const agent = new Agent({ keepAlive: true, maxSockets: o.maxSockets ?? 128 });
+  // idle sockets are closed after 4 s, before Node's server closes them (its keepAliveTimeout, 5 s): a request sent on
+  // a socket the server is closing at that moment fails with ECONNRESET without reaching it, a failure of the client
+  const agent = new Agent({ keepAlive: true, maxSockets: o.maxSockets ?? 128, timeout: IDLE_SOCKET_MS });
   const timeoutMs = o.timeoutMs ?? 10_000;
   const samples: Sample[] = [];
   const inFlight = new Set<Promise<void>>();
