@@ -21,12 +21,13 @@
 // ops/prometheus/alerts.yml are evaluated.
 // Bounded: an outer time limit stops everything. No assertion on timings.
 import { createClient, type Client } from '@libsql/client';
-import { jetstreamManager } from '@nats-io/jetstream';
+import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
+import { DEFAULT_SERVICE_NAME, streamNameOf } from '../src/service-name.ts';
 import { createTempDir } from '../test/support/db.ts';
 import { orderBody } from '../test/support/example-orders.ts';
 import { freePort, ROOT, runtimeCommand, waitForHttp } from '../test/support/process.ts';
@@ -189,27 +190,29 @@ async function drainOf(client: Client, afterSeq: number, startedAt: number) {
   };
 }
 
-const STREAM = 'HONO_OUTBOX';
+/** The stream the service publishes to: derived from its default service name, as the service derives it. */
+const STREAM = streamNameOf(DEFAULT_SERVICE_NAME);
 
-/** The stream's last sequence now (0 when it holds nothing yet). */
-async function streamLastSeq(url: string): Promise<number> {
+/** Runs `fn` with a JetStream manager on a connection of its own to `url`, closed afterwards. */
+async function withManager<T>(url: string, fn: (jsm: JetStreamManager) => Promise<T>): Promise<T> {
   const nc = await connect({ servers: [url] });
   try {
-    return (await (await jetstreamManager(nc)).streams.info(STREAM)).state.last_seq;
+    return await fn(await jetstreamManager(nc));
   } finally {
     await nc.close();
   }
 }
+
+/** The stream's last sequence now (0 when it holds nothing yet). */
+const streamLastSeq = (url: string) => withManager(url, async (jsm) => (await jsm.streams.info(STREAM)).state.last_seq);
 
 /**
  * The broker's view of a drain: the messages stored after sequence `afterSeq`, from the first one's store time to the
  * last one's. Unlike the rows' sent_at (taken when a mark is written, after a batch's PubAcks), it starts at the first
  * publish, so a drain of a second is not favoured by the marks' timing.
  */
-async function streamDrainOf(url: string, afterSeq: number) {
-  const nc = await connect({ servers: [url] });
-  try {
-    const jsm = await jetstreamManager(nc);
+function streamDrainOf(url: string, afterSeq: number) {
+  return withManager(url, async (jsm) => {
     const { state } = await jsm.streams.info(STREAM);
     const stored = state.last_seq - afterSeq;
     if (stored < 2) return { stored, ratePerSec: NaN };
@@ -218,9 +221,7 @@ async function streamDrainOf(url: string, afterSeq: number) {
     const first = message.time.getTime();
     const last = Date.parse(state.last_ts);
     return { stored, ratePerSec: last > first ? Math.round((stored - 1) / ((last - first) / 1000)) : NaN, firstStoredAt: first };
-  } finally {
-    await nc.close();
-  }
+  });
 }
 
 /**
@@ -242,29 +243,15 @@ function watchOwnStalls(thresholdMs = 40): { stalls: Array<{ at: number; ms: num
 }
 
 /** The stream's messages and bytes now (undefined when it cannot be read). */
-async function streamSizeOf(url: string): Promise<{ messages: number; bytes: number } | undefined> {
-  try {
-    const nc = await connect({ servers: [url] });
-    try {
-      const { state } = await (await jetstreamManager(nc)).streams.info(STREAM);
-      return { messages: state.messages, bytes: state.bytes };
-    } finally {
-      await nc.close();
-    }
-  } catch {
-    return undefined;
-  }
+function streamSizeOf(url: string): Promise<{ messages: number; bytes: number } | undefined> {
+  return withManager(url, async (jsm) => {
+    const { state } = await jsm.streams.info(STREAM);
+    return { messages: state.messages, bytes: state.bytes };
+  }).catch(() => undefined);
 }
 
 /** Empties the stream (its sequence goes on), so a second backlog as large fits its STREAM_MAX_BYTES. */
-async function purgeStream(url: string): Promise<void> {
-  const nc = await connect({ servers: [url] });
-  try {
-    await (await jetstreamManager(nc)).streams.purge(STREAM);
-  } finally {
-    await nc.close();
-  }
-}
+const purgeStream = (url: string) => withManager(url, (jsm) => jsm.streams.purge(STREAM));
 
 // ---------------------------------------------------------------------------------------------------------------
 
