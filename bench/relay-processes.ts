@@ -334,7 +334,10 @@ async function runRound(
 }
 
 /** One relay spawned on a database already holding the backlog: spawn → first publish, and its drain. */
-async function coldStart(ctx: { dir: string; seed: string; natsUrl: string; jsm: JetStreamManager; rows: number; leaseTtlMs: number }, tag: string) {
+async function coldStart(
+  ctx: { dir: string; seed: string; natsUrl: string; jsm: JetStreamManager; rows: number; leaseTtlMs: number; profileDir?: string | undefined },
+  tag: string,
+) {
   const dbPath = join(ctx.dir, `cold-${tag}.db`);
   copyFileSync(ctx.seed, dbPath);
   const name = `BENCH_COLD_${tag.toUpperCase()}`;
@@ -348,7 +351,7 @@ async function coldStart(ctx: { dir: string; seed: string; natsUrl: string; jsm:
     RELAY_LEASE_TTL_MS: String(ctx.leaseTtlMs),
   };
   const spawnedAt = Date.now();
-  const relays = await spawnRelays(1, env, undefined);
+  const relays = await spawnRelays(1, env, ctx.profileDir);
   try {
     const info = await drained(ctx.jsm, name, ctx.rows, relays);
     const firstTs = Date.parse(info.state.first_ts);
@@ -417,7 +420,9 @@ export async function benchRelayProcesses(o: RelayProcessesOptions & { save?: bo
     // the cold start as often as the drains: the relay on a backlog it did not watch being written (no writer
     // checkpointing it meanwhile), its code not yet warm
     const colds: Array<Awaited<ReturnType<typeof coldStart>>> = [];
-    for (let r = 0; r < o.rounds; r++) colds.push(await coldStart(ctx, `c${r}`));
+    // with --profile, the first cold start is profiled too, in a folder of its own
+    const coldProfileDir = o.profile ? mkdtempSync(join(tmpdir(), 'relay-cold-cpuprof-')) : undefined;
+    for (let r = 0; r < o.rounds; r++) colds.push(await coldStart({ ...ctx, profileDir: r === 0 ? coldProfileDir : undefined }, `c${r}`));
     const cold = { ...colds.find((c) => c.perSec === median(colds.map((x) => x.perSec)))!, roundsPerSec: colds.map((c) => c.perSec) };
     const rawRunAfter = await rawPublish(nats.url, jsm, 'RAW_AFTER', messages, natsPid);
     const rawAfter = rawRunAfter.perSec;
@@ -465,6 +470,12 @@ export async function benchRelayProcesses(o: RelayProcessesOptions & { save?: bo
       console.log(
         `CPU profiles of the ${o.counts[0]}-relay run: ${readdirSync(profileDir)
           .map((f) => join(profileDir, f))
+          .join(', ')}`,
+      );
+    if (coldProfileDir)
+      console.log(
+        `CPU profile of the cold start: ${readdirSync(coldProfileDir)
+          .map((f) => join(coldProfileDir, f))
           .join(', ')}`,
       );
     const result = {

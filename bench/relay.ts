@@ -5,7 +5,8 @@
 // and nats-server); plus a cold start (a relay spawned on a database already holding the backlog: spawn → first
 // publish, and its drain against raw), and backlog committed → first publish of a running one. The running relay's
 // backlog arrives in one INSERT whose checkpoint (the writer's) overlaps the drain; the cold start's does not.
-// --rounds R reports the median drain of each.
+// --rounds R reports the median drain of each; --profile writes CPU profiles of the running relay's first round and of
+// the first cold start and prints their paths (`node --import tsx bench/cpu-profile-top.ts <file> --busiest S`).
 //
 // npm run bench:relay -- --floor [--size 8192] — what bounds the relay on this machine (bench/relay-floor.ts): in one
 // process, raw js.publish against the relay's own publisher, relay passes without any mark-sent write, and with them.
