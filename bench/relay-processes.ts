@@ -35,7 +35,7 @@ export type RelayProcessesOptions = {
   leaseTtlMs: number;
   /** Each count is run this many times; the median drain is reported. */
   rounds: number;
-  /** Starts the relays of the first count with `node --cpu-prof` (profiles written to a temp dir, path printed). */
+  /** Starts the relays of the first count and the first cold start with `node --cpu-prof` (profiles in temp dirs, paths printed). */
   profile: boolean;
   /** Fills the outbox with `n` rows through the service's command path (the caller's, so this file needs no context). */
   fill: (t: Awaited<ReturnType<typeof createServiceDb>>, n: number) => Promise<void>;

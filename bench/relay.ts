@@ -5,8 +5,8 @@
 // and nats-server); plus a cold start (a relay spawned on a database already holding the backlog: spawn → first
 // publish, and its drain against raw), and backlog committed → first publish of a running one. The running relay's
 // backlog arrives in one INSERT whose checkpoint (the writer's) overlaps the drain; the cold start's does not.
-// --rounds R reports the median drain of each; --profile writes CPU profiles of the running relay's first round and of
-// the first cold start and prints their paths (`node --import tsx bench/cpu-profile-top.ts <file> --busiest S`).
+// --rounds R reports the median drain of each; --profile writes CPU profiles of the running relay's rounds and of the
+// first cold start and prints their paths (`node --import tsx bench/cpu-profile-top.ts <file>` lists their top frames).
 //
 // npm run bench:relay -- --floor [--size 8192] — what bounds the relay on this machine (bench/relay-floor.ts): in one
 // process, raw js.publish against the relay's own publisher, relay passes without any mark-sent write, and with them.
@@ -26,7 +26,8 @@
 //   --rows N          backlog rows (default 20 000)
 //   --lease-ttl-ms T  RELAY_LEASE_TTL_MS of those relays (default 3000: they settle in ~1 s)
 //   --rounds R        runs per count, the median drain reported (default 1)
-//   --profile         runs the relays of the first count with `node --cpu-prof`; the profiles' paths are printed
+//   --profile         runs the relays of the first count and the first cold start with `node --cpu-prof`; the
+//                     profiles' paths are printed
 //                     (`node --import tsx bench/cpu-profile-top.ts <file.cpuprofile>` lists their top frames)
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { headers } from '@nats-io/nats-core';
