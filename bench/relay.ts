@@ -6,7 +6,8 @@
 // publish, and its drain against raw), and backlog committed → first publish of a running one. The running relay's
 // backlog arrives in one INSERT whose checkpoint (the writer's) overlaps the drain; the cold start's does not.
 // --rounds R reports the median drain of each; --profile writes CPU profiles of the running relay's rounds and of the
-// first cold start and prints their paths (`node --import tsx bench/cpu-profile-top.ts <file>` lists their top frames).
+// first cold start and prints their paths (`node --import tsx bench/cpu-profile-top.ts <file>` lists their top frames);
+// the profiled drains carry the profiler's cost, so their rates are not figures to compare.
 //
 // npm run bench:relay -- --floor [--size 8192] — what bounds the relay on this machine (bench/relay-floor.ts): in one
 // process, raw js.publish against the relay's own publisher, relay passes without any mark-sent write, and with them.
