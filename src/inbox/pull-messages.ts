@@ -3,7 +3,7 @@ import type { NatsConnection } from '@nats-io/nats-core';
 import type { Logger } from '../logger.ts';
 import { CONNECT_RETRY_MS, connectUnlessStopped, type ConnectNats } from '../nats/connect.ts';
 import { ensureConsumer, UnsafeConsumerConfigError, type ConsumerSettings } from '../nats/ensure-consumer.ts';
-import { ensureStream, UnsafeStreamConfigError } from '../nats/ensure-stream.ts';
+import { ensureStream, STREAM_RECREATE_SETTLE_MS, UnsafeStreamConfigError } from '../nats/ensure-stream.ts';
 import { unlessStopped } from '../worker/unless-stopped.ts';
 import type { StreamSettings } from '../nats/stream-settings.ts';
 import type { BackoffSettings } from '../worker/backoff.ts';
@@ -58,6 +58,8 @@ export async function pullMessages(s: PullSettings, target: PullTarget, signal: 
     await outage.backOff(signal, maxMs);
   };
 
+  /** The stream was ensured before: finding it missing means it was deleted or lost since. */
+  let streamUsed = false;
   while (!signal.aborted) {
     let nc: NatsConnection;
     try {
@@ -77,7 +79,9 @@ export async function pullMessages(s: PullSettings, target: PullTarget, signal: 
         const ensured = await unlessStopped(
           (async () => {
             const jsm = await jetstreamManager(nc);
-            const stream = await ensureStream(jsm, s.stream);
+            // a stream this runner used and finds gone is created again only once its deletion has had time to finish
+            const stream = await ensureStream(jsm, s.stream, undefined, { settleMs: streamUsed ? STREAM_RECREATE_SETTLE_MS : 0, signal });
+            streamUsed = true;
             const info = await ensureConsumer(jsm, s.consumer);
             return { stream, info, consumer: await jetstream(nc).consumers.get(s.stream.name, s.consumer.name) };
           })(),

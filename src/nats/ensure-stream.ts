@@ -1,6 +1,7 @@
 import { DiscardPolicy, JetStreamApiError, RetentionPolicy, StorageType, type JetStreamManager, type StreamInfo } from '@nats-io/jetstream';
 import { millis, nanos } from '@nats-io/nats-core';
 import type { Logger } from '../logger.ts';
+import { sleep } from '../worker/sleep.ts';
 import type { StreamSettings } from './stream-settings.ts';
 
 /** The stream cannot be used as configured: a duplicate it would miss, events it would not capture, replicas it cannot have. */
@@ -10,10 +11,25 @@ export class UnsafeStreamConfigError extends Error {
 
 /** JSStreamReplicasNotSupportedErr: `replicas > 1 not supported in non-clustered mode`. */
 const REPLICAS_NOT_SUPPORTED = 10074;
+/** JSStreamNotFoundErr. */
+const STREAM_NOT_FOUND = 10059;
+
+/**
+ * How long a process waits before creating again a stream it used and found gone. A broker still finishing an
+ * operator's deletion can remove the store of a stream created again meanwhile (nats-server 2.9: the new stream
+ * then refuses publishes, or takes them and never delivers them), so the deletion gets this long to finish.
+ */
+export const STREAM_RECREATE_SETTLE_MS = 2000;
+
+/** How ensureStream treats a missing stream: `settleMs` to wait and look again before creating it (0: create at once). */
+export type MissingStream = { settleMs: number; signal?: AbortSignal | undefined };
+
+const notFound = (error: unknown) => error instanceof JetStreamApiError && error.code === STREAM_NOT_FOUND;
 
 /**
  * Creates the stream when it is missing, with the settings docs/architecture.md explains ("JetStream settings") and
- * `s.replicas` replicas, and returns its info.
+ * `s.replicas` replicas, and returns its info. With `missing.settleMs` (a caller that used the stream before), a
+ * missing stream is looked up again after that wait and created only if still missing.
  * Throws UnsafeStreamConfigError when an existing stream's duplicate window is shorter than ten times the
  * relay's maximum back-off, when it does not capture `<prefix>.>`, or when replicas > 1 are asked of a server that
  * is not clustered (it never will be: a start-up refusal, not an outage).
@@ -23,7 +39,12 @@ const REPLICAS_NOT_SUPPORTED = 10074;
  * peers or dropping replicas, often in the middle of an incident. Rescaling is the operator's step
  * (`nats stream edit <name> --replicas 3`), as are the other limits of an existing stream.
  */
-export async function ensureStream(jsm: JetStreamManager, s: StreamSettings, log?: Pick<Logger, 'warn'>): Promise<StreamInfo> {
+export async function ensureStream(
+  jsm: JetStreamManager,
+  s: StreamSettings,
+  log?: Pick<Logger, 'warn'>,
+  missing: MissingStream = { settleMs: 0 },
+): Promise<StreamInfo> {
   const requiredWindowMs = 10 * s.maxBackoffMs;
   if (s.duplicateWindowMs < requiredWindowMs) {
     throw new UnsafeStreamConfigError(
@@ -31,11 +52,21 @@ export async function ensureStream(jsm: JetStreamManager, s: StreamSettings, log
     );
   }
   const replicas = s.replicas ?? 1;
-  let info: StreamInfo;
+  let info: StreamInfo | undefined;
   try {
     info = await jsm.streams.info(s.name);
   } catch (error) {
-    if (!(error instanceof JetStreamApiError) || error.code !== 10059) throw error;
+    if (!notFound(error)) throw error;
+  }
+  if (!info && missing.settleMs > 0) {
+    await sleep(missing.settleMs, missing.signal);
+    if (missing.signal?.aborted) throw new Error(`stopped while waiting to create stream ${s.name} again`);
+    info = await jsm.streams.info(s.name).catch((error: unknown) => {
+      if (!notFound(error)) throw error;
+      return undefined;
+    });
+  }
+  if (!info) {
     info = await jsm.streams
       .add({
         name: s.name,

@@ -2,7 +2,7 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { createAckPublisher, type AckPublisher } from '../nats/ack-publisher.ts';
 import type { NatsConnection, Subscription } from '@nats-io/nats-core';
 import { CONNECT_RETRY_MS, connectUnlessStopped, type ConnectNats } from '../nats/connect.ts';
-import { ensureStream, UnsafeStreamConfigError } from '../nats/ensure-stream.ts';
+import { ensureStream, STREAM_RECREATE_SETTLE_MS, UnsafeStreamConfigError } from '../nats/ensure-stream.ts';
 import { kickSubject, type StreamSettings } from '../nats/stream-settings.ts';
 import type { Signal } from '../signal.ts';
 import { isInfrastructureError } from '../db/infrastructure-error.ts';
@@ -138,6 +138,8 @@ export function createRelay(deps: RelayDeps): Relay {
       let publisher: AckPublisher | undefined;
       /** False until the stream is known to exist on this connection; set again after a broker error. */
       let streamReady = false;
+      /** The stream was ensured before: finding it missing means it was deleted or lost since. */
+      let streamUsed = false;
       /** Reads the stream's message at a sequence on the current connection (see RelayPassOptions.storedMessage). */
       let storedMessage: RelayPassOptions['storedMessage'];
       /** The broker refused such a read for lack of permission (said once in the log). */
@@ -239,7 +241,9 @@ export function createRelay(deps: RelayDeps): Relay {
             // Also after a broker error: an operator may have deleted the stream, or a broker lost its store.
             if (!streamReady) {
               const jsm = await jetstreamManager(nc, { timeout: deps.settings.publishTimeoutMs });
-              await ensureStream(jsm, deps.stream, deps.log);
+              // a stream this relay used and finds gone is created again only once its deletion has had time to finish
+              await ensureStream(jsm, deps.stream, deps.log, { settleMs: streamUsed ? STREAM_RECREATE_SETTLE_MS : 0, signal: stop.signal });
+              streamUsed = true;
               storedMessage = async (seq) => {
                 try {
                   const stored = await jsm.streams.getMessage(deps.stream.name, { seq });

@@ -1,0 +1,72 @@
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/nats-core';
+import { describe, expect, it } from 'vitest';
+import { ensureStream, STREAM_RECREATE_SETTLE_MS } from '../../src/nats/ensure-stream.ts';
+import type { StreamSettings } from '../../src/nats/stream-settings.ts';
+import { creditedEvent } from '../support/accounts.ts';
+import { createSubscriberDb, testRunner } from '../support/consumer.ts';
+import { eventually } from '../support/eventually.ts';
+import { balances, readOwnerBalance } from '../support/fixture/subscribers/balances/subscriber.ts';
+import { ownStream, publishEvents } from '../support/stream.ts';
+import { useNats } from '../support/use-nats.ts';
+
+// nats-server 2.9 takes a stream out of its account before it has removed the stream's store: a stream created again
+// in that window under the same name loses its store to the finishing deletion, and then refuses publishes or takes
+// them and never delivers them. A large store widens the window to the tens of ms a runner needs to notice the
+// deletion and create the stream again: without the wait, the runner test below failed in two runs of three.
+const nats = useNats();
+
+/** Stores ≈ 160 MB in `stream` outside any subscriber's subjects: a store whose deletion takes a while. */
+async function fillStore(nc: NatsConnection, stream: StreamSettings): Promise<void> {
+  const js = jetstream(nc);
+  const filler = new Uint8Array(8192);
+  for (let chunk = 0; chunk < 20; chunk++) await Promise.all(Array.from({ length: 1000 }, (_, k) => js.publish(`${stream.prefix}.filler.${k % 50}`, filler)));
+}
+
+describe('a stream deleted by an operator, created again', () => {
+  it('ensureStream told the stream was in use waits before creating it again, and takes one created meanwhile as it is', async () => {
+    const jsm = await jetstreamManager(nats().nc);
+    // missing, settle asked: created only after the wait
+    const gone = ownStream('REDO');
+    let startedAt = Date.now();
+    const created = await ensureStream(jsm, gone, undefined, { settleMs: STREAM_RECREATE_SETTLE_MS });
+    expect(Date.now() - startedAt).toBeGreaterThanOrEqual(STREAM_RECREATE_SETTLE_MS - 50);
+    expect(Date.parse(created.created)).toBeGreaterThanOrEqual(startedAt + STREAM_RECREATE_SETTLE_MS - 50);
+    // created by someone else during the wait: that stream is kept, not replaced
+    const other = ownStream('REDO');
+    startedAt = Date.now();
+    const ensuring = ensureStream(jsm, other, undefined, { settleMs: STREAM_RECREATE_SETTLE_MS });
+    await new Promise((r) => setTimeout(r, 200));
+    const theirs = await ensureStream(jsm, other);
+    expect((await ensuring).created).toBe(theirs.created);
+    // missing, no settle (a first start): created at once
+    startedAt = Date.now();
+    await ensureStream(jsm, ownStream('REDO'));
+    expect(Date.now() - startedAt).toBeLessThan(STREAM_RECREATE_SETTLE_MS / 2);
+  });
+
+  it('a runner whose stream (with a large store) an operator deletes applies the event published once it exists again', async () => {
+    const stream = ownStream('BIGGONE');
+    await using sdb = await createSubscriberDb({ subscriber: 'balances' });
+    const jsm = await jetstreamManager(nats().nc);
+    const exists = async () =>
+      jsm.consumers.info(stream.name, 'balances').then(
+        () => true,
+        () => false,
+      );
+    const stop = new AbortController();
+    const running = testRunner(sdb, nats().url, balances, stream).run({ signal: stop.signal, timeLimitMs: 60_000 });
+    await eventually(exists, { what: 'the stream and the consumer' });
+    await fillStore(nats().nc, stream);
+    await publishEvents(nats().nc, stream, [creditedEvent({ owner: 'big-owner', amountCents: 1 })]);
+    await eventually(async () => (await readOwnerBalance(sdb.db, 'big-owner')).creditedCents === 1, { what: 'the first event applied' });
+
+    await jsm.streams.delete(stream.name);
+    await eventually(exists, { what: 'the stream and the consumer created again', timeoutMs: 30_000 });
+    await publishEvents(nats().nc, stream, [creditedEvent({ owner: 'big-owner', amountCents: 2 })]);
+    await eventually(async () => (await readOwnerBalance(sdb.db, 'big-owner')).creditedCents === 3, { what: 'the later event applied' });
+    stop.abort();
+    const summary = await running;
+    expect(summary.brokerErrors).toBeGreaterThanOrEqual(1);
+  });
+});
