@@ -261,6 +261,8 @@ export function createRelay(deps: RelayDeps): Relay {
             }
           } catch (error) {
             if (error instanceof UnsafeStreamConfigError) throw error;
+            // stopped while ensuring the stream (its re-creation waits on the stop signal): not a broker error
+            if (stop.signal.aborted) break;
             if (nc?.isClosed() !== false) {
               await nc?.close().catch(() => undefined);
               nc = undefined;
