@@ -393,7 +393,14 @@ export function createRelay(deps: RelayDeps): Relay {
             lastSuccessfulPass = deps.clock();
             gauges.lastPassTimestamp.set(lastSuccessfulPass.getTime() / 1000);
           }
-          if (options.maxMessages !== undefined && summary.published + summary.duplicates >= options.maxMessages) break;
+          if (options.maxMessages !== undefined && summary.published + summary.duplicates >= options.maxMessages) {
+            // a bounded run folds the marks it recorded before it ends, so its rows read as sent (and can be
+            // compacted) without waiting for another run; if the database refuses, the next run folds them
+            const previous = marking;
+            marking = undefined;
+            if ((await settle(previous?.done)) && unfolded) await foldMarks(true);
+            break;
+          }
           // A pass whose fetch started below recorded marks (a retry is due, the floor was reset) walked over them, and the
           // next ones may too: they are folded in at once, before anything else is read. Caught up (a partial pass), the
           // relay folds them a batch a pass, so that new rows keep going out meanwhile.

@@ -3,6 +3,7 @@ import { createAckPublisher } from '../../src/nats/ack-publisher.ts';
 import { applyPartitionCount } from '../../src/outbox/outbox-partitions.ts';
 import { readOutboxStats } from '../../src/outbox/outbox-stats.ts';
 import { relayPass } from '../../src/outbox/relay-pass.ts';
+import { createRelay } from '../../src/outbox/relay.ts';
 import { foldSentMarks } from '../../src/outbox/relay-store.ts';
 import { accountCommands } from '../support/accounts.ts';
 import { countRows, createTestDb, type TestDb } from '../support/db.ts';
@@ -181,6 +182,27 @@ describe('relay - marks recorded apart while draining a backlog', () => {
     expect(await entries(t)).toEqual([]);
     expect((await outboxRows(t)).every((r) => r.status === 'sent')).toBe(true);
     expect(await readStream(nats().nc, stream)).toHaveLength(40);
+  });
+
+  it('a run bounded by maxMessages folds the marks it recorded before it returns: every row it published is sent, no entry is left', async () => {
+    const { t, stream, deps } = await backlog(200, 10);
+    await using _ = t;
+    const recorded = await countRecorded(t);
+    const rows = await outboxRows(t);
+
+    const summary = await createRelay(deps).run({ maxMessages: 30, timeLimitMs: 10_000 });
+    // stopped at the first pass that reached the bound (a pass reads several batches), well before the backlog's end
+    expect(summary).toMatchObject({ duplicates: 0, failed: 0 });
+    expect(summary.published).toBeGreaterThanOrEqual(30);
+    expect(summary.published).toBeLessThan(200);
+    const published = rows.slice(0, summary.published).map((r) => r.id);
+    // the passes were full, so their marks went to outbox_sent: the test fails if the run had marked in place
+    expect(await recorded()).toBeGreaterThanOrEqual(30);
+    expect(await entries(t)).toEqual([]);
+    const after = await outboxRows(t);
+    expect(after.filter((r) => r.status === 'sent').map((r) => r.id)).toEqual(published);
+    expect(after.slice(summary.published).every((r) => r.status === 'pending')).toBe(true);
+    expect((await readStream(nats().nc, stream)).map((m) => m.headers['Nats-Msg-Id'])).toEqual(published);
   });
 
   /** Records in `peak` the most entries outbox_sent held at any insert (within the inserting transaction). */
