@@ -1,4 +1,4 @@
-import { sqlOf, type Database, type Tx } from '../db/open-database.ts';
+import { sqlOf, type Database, type SqlRunner, type Tx } from '../db/open-database.ts';
 import { integerOrNull, storedText, textOf, textOrBytes, timeMsOrNull } from '../db/column-guards.ts';
 
 export type PendingRow = {
@@ -252,9 +252,14 @@ export async function markSent(tx: Tx, rows: ReadonlyArray<{ seq: number; id: st
   return marked;
 }
 
-/** Whether outbox_sent holds `n` entries or more: a plain count(*), which SQLite answers from the table's pages alone. */
+/** How many entries outbox_sent holds: a plain count(*), which SQLite answers from the table's pages alone. */
+export async function countSentMarks(run: SqlRunner): Promise<number> {
+  return Number((await run.execute('SELECT count(*) AS n FROM outbox_sent')).rows[0]!.n);
+}
+
+/** Whether outbox_sent holds `n` entries or more. */
 async function recordedAtLeast(tx: Tx, n: number): Promise<boolean> {
-  return Number((await sqlOf(tx).execute('SELECT count(*) AS n FROM outbox_sent')).rows[0]!.n) >= n;
+  return (await countSentMarks(sqlOf(tx))) >= n;
 }
 
 /** foldSentMarks' statements: ?1 how many entries, the oldest first. */

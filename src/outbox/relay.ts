@@ -6,12 +6,13 @@ import { ensureStream, STREAM_RECREATE_SETTLE_MS, UnsafeStreamConfigError } from
 import { kickSubject, type StreamSettings } from '../nats/stream-settings.ts';
 import type { Signal } from '../signal.ts';
 import { isInfrastructureError } from '../db/infrastructure-error.ts';
+import { sqlRunner } from '../db/open-database.ts';
 import { createBrokerState, type BrokerState } from '../worker/broker-state.ts';
 import { createOutageBackoff } from '../worker/outage-backoff.ts';
 import { createStopControl, type StopOptions } from '../worker/stop-control.ts';
 import { createLeaseKeeper, type LeaseKeeper, type LeaseSnapshot } from '../leases/lease-keeper.ts';
 import { applyPartitionCount, PartitionCountChangeError, readPartitionCount } from './outbox-partitions.ts';
-import { foldSentMarks, RELAY_LEASE_SCOPE, type Floor } from './relay-store.ts';
+import { countSentMarks, foldSentMarks, RELAY_LEASE_SCOPE, type Floor } from './relay-store.ts';
 import { relayPass, type RelayPassDeps, type RelayPassOptions } from './relay-pass.ts';
 import { isPermissionViolation } from '../nats/permission-violation.ts';
 
@@ -190,6 +191,25 @@ export function createRelay(deps: RelayDeps): Relay {
         } catch (error) {
           await onDatabaseTrouble(error);
           return undefined;
+        }
+      };
+      /**
+       * A run bounded by maxMessages ends with its last mark written and the marks recorded so far folded in, so its
+       * rows read as sent (and can be compacted) without waiting for another run: at most as many fold writes as
+       * the entries there take, however fast other relays record more. It does not back off, since it is ending: a
+       * refused mark leaves its rows pending (published again, as duplicates), a refused fold leaves its entries to
+       * the next relay's fold.
+       */
+      const foldBeforeTheEnd = async (lastMark: Promise<void> | undefined) => {
+        try {
+          await lastMark;
+          if (!unfolded) return;
+          for (let writes = Math.ceil((await countSentMarks(sqlRunner(deps.db))) / FOLD_BATCH); writes > 0 && !stop.signal.aborted; writes--)
+            if ((await deps.writer.write((tx) => foldSentMarks(tx, FOLD_BATCH))) < FOLD_BATCH) break;
+        } catch (error) {
+          if (!isInfrastructureError(error)) throw error;
+          deps.metrics.publishErrors.inc('database_unavailable');
+          deps.log.warn('relay: the run ends with marks left for the next one to write or fold', { error: String(error) });
         }
       };
       /** Waits for a mark-sent write; false (after backing off) when the database refused it. */
@@ -394,11 +414,9 @@ export function createRelay(deps: RelayDeps): Relay {
             gauges.lastPassTimestamp.set(lastSuccessfulPass.getTime() / 1000);
           }
           if (options.maxMessages !== undefined && summary.published + summary.duplicates >= options.maxMessages) {
-            // a bounded run folds the marks it recorded before it ends, so its rows read as sent (and can be
-            // compacted) without waiting for another run; if the database refuses, the next run folds them
             const previous = marking;
             marking = undefined;
-            if ((await settle(previous?.done)) && unfolded) await foldMarks(true);
+            await foldBeforeTheEnd(previous?.done);
             break;
           }
           // A pass whose fetch started below recorded marks (a retry is due, the floor was reset) walked over them, and the

@@ -39,8 +39,15 @@ async function halfDrained(tag: string, bound: number) {
   await Promise.all(ids.map((id) => accounts.deposit(id, 100)));
   const stream = await freshStream(nats().nc, tag);
   const deps = relayDeps(t, nats().url, { stream, settings: { batch: 4 }, recordedMarksMax: bound });
-  // stops after the pass that reached 30 acknowledgements, before any fold
-  await createRelay(deps).run({ maxMessages: 30, timeLimitMs: 30_000 });
+  // stopped (as by SIGTERM) in the pass that reached 30 acknowledgements: its marks are written, none is folded (a run
+  // bounded by --max-messages would fold them before it ends)
+  const stop = new AbortController();
+  let acked = 0;
+  const afterPubAcks = (rows: readonly unknown[]) => {
+    acked += rows.length;
+    if (acked >= 30) stop.abort();
+  };
+  await createRelay({ ...deps, faults: { afterPubAcks } }).run({ signal: stop.signal, timeLimitMs: 30_000 });
   return { t, stream, deps };
 }
 
