@@ -5,29 +5,14 @@ import { describe, expect, it } from 'vitest';
 import { sqlOf } from '../../src/db/open-database.ts';
 import type { Writer } from '../../src/db/writer.ts';
 import { createRelay } from '../../src/outbox/relay.ts';
-import type { PendingRow } from '../../src/outbox/relay-store.ts';
 import { expectEverySentOnceInOrder } from '../support/aggregate-order.ts';
 import { accountCommands } from '../support/accounts.ts';
-import { countRows, createTestDb, MARKED_SENT, type TestDb } from '../support/db.ts';
-import { drainOutbox, relayDeps } from '../support/relay.ts';
+import { countRows, createTestDb } from '../support/db.ts';
+import { drainOutbox, relayDeps, republishGuard } from '../support/relay.ts';
 import { freshStream, readStream } from '../support/stream.ts';
 import { useNats } from '../support/use-nats.ts';
 
 const nats = useNats();
-
-/** Records every fetched row that was already marked sent when a relay was about to publish it. */
-function republishGuard(t: TestDb) {
-  const violations: Array<{ seq: number; id: string }> = [];
-  const beforePublishing = async (rows: PendingRow[]) => {
-    if (rows.length === 0) return;
-    const res = await t.client.execute({
-      sql: `SELECT seq, id FROM outbox WHERE seq IN (SELECT value FROM json_each(?1)) AND ${MARKED_SENT}`,
-      args: [JSON.stringify(rows.map((r) => r.seq))],
-    });
-    for (const r of res.rows) violations.push({ seq: Number(r.seq), id: String(r.id) });
-  };
-  return { violations, beforePublishing };
-}
 
 describe('relay - the fold that ends a bounded run, with its leases moved', () => {
   it('leases taken from the bounded relay between its last pass and its fold: the fold marks only what it published, another relay publishes the rest once', {

@@ -6,7 +6,7 @@ import type { PendingRow } from '../../src/outbox/relay-store.ts';
 import { accountCommands } from '../support/accounts.ts';
 import { countRows, createTestDb, MARKED_SENT, type TestDb } from '../support/db.ts';
 import { eventually } from '../support/eventually.ts';
-import { drainOutbox, relayDeps, runRelay, type RelayOverrides } from '../support/relay.ts';
+import { drainOutbox, relayDeps, runRelay, type RelayOverrides, republishGuard } from '../support/relay.ts';
 import { freshStream, readStream } from '../support/stream.ts';
 import { useNats } from '../support/use-nats.ts';
 import { outboxOrder, streamOrder } from '../support/aggregate-order.ts';
@@ -22,21 +22,6 @@ import { silentLogger } from '../../src/logger.ts';
 import { fixtureModules } from '../support/fixture/modules.ts';
 
 const nats = useNats();
-
-/** Records every fetched row that was already marked sent (in place or recorded) when the relay was about to publish it. */
-function republishGuard(t: TestDb) {
-  const violations: Array<{ seq: number; id: string; status: string; entry: boolean }> = [];
-  const beforePublishing = async (rows: PendingRow[]) => {
-    if (rows.length === 0) return;
-    const res = await t.client.execute({
-      sql: `SELECT seq, id, status, EXISTS (SELECT 1 FROM outbox_sent s WHERE s.seq = outbox.seq AND s.id = outbox.id) AS entry FROM outbox
-            WHERE seq IN (SELECT value FROM json_each(?1)) AND ${MARKED_SENT}`,
-      args: [JSON.stringify(rows.map((r) => r.seq))],
-    });
-    for (const r of res.rows) violations.push({ seq: Number(r.seq), id: String(r.id), status: String(r.status), entry: Number(r.entry) === 1 });
-  };
-  return { violations, beforePublishing };
-}
 
 /** Fails the first `times` tries of the rows whose ids are in `ids` with a permanent error (retried after a back-off). */
 function failingFirst(ids: ReadonlySet<string>, times: number) {

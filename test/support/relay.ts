@@ -6,8 +6,9 @@ import { natsConnectionOptions } from '../../src/nats/connect.ts';
 import { eventSubject, type StreamSettings } from '../../src/nats/stream-settings.ts';
 import { createOutboxMetrics, type OutboxMetrics } from '../../src/outbox/outbox-metrics.ts';
 import { createRelay, type Relay, type RelayDeps, type RelayRunSummary } from '../../src/outbox/relay.ts';
+import type { PendingRow } from '../../src/outbox/relay-store.ts';
 import { createSignal } from '../../src/signal.ts';
-import type { TestDb } from './db.ts';
+import { MARKED_SENT, type TestDb } from './db.ts';
 import { TEST_STREAM } from './stream.ts';
 
 /** What a test may replace in the relay's dependencies; `settings` are merged, their prefix defaults to the stream's. */
@@ -106,4 +107,22 @@ export async function publishAsAKilledRelay(t: TestDb, nc: NatsConnection, strea
     ),
   );
   return rows.length;
+}
+
+/**
+ * A relay's `faults.beforePublishing` hook that records every fetched row already marked sent (in place or recorded)
+ * when the relay was about to publish it: `violations` stays empty while no relay publishes a row twice.
+ */
+export function republishGuard(t: TestDb) {
+  const violations: Array<{ seq: number; id: string; status: string; entry: boolean }> = [];
+  const beforePublishing = async (rows: PendingRow[]) => {
+    if (rows.length === 0) return;
+    const res = await t.client.execute({
+      sql: `SELECT seq, id, status, EXISTS (SELECT 1 FROM outbox_sent s WHERE s.seq = outbox.seq AND s.id = outbox.id) AS entry FROM outbox
+            WHERE seq IN (SELECT value FROM json_each(?1)) AND ${MARKED_SENT}`,
+      args: [JSON.stringify(rows.map((r) => r.seq))],
+    });
+    for (const r of res.rows) violations.push({ seq: Number(r.seq), id: String(r.id), status: String(r.status), entry: Number(r.entry) === 1 });
+  };
+  return { violations, beforePublishing };
 }
