@@ -97,6 +97,12 @@ export const ConfigSchema = z.object({
     .default(DEFAULT_SERVICE_NAME),
   PORT: int(0, 65535).default(3000),
   HOST: z.string().refine(isListenHost, 'an IP address (0.0.0.0, 127.0.0.1, ::) or a host name').default('0.0.0.0'),
+  /**
+   * How long an idle keep-alive connection stays open (Node's keepAliveTimeout, Bun's idleTimeout in whole seconds;
+   * Deno keeps idle connections until the client closes them). Above the 60 s a load balancer keeps its own idle
+   * connections by default, so it never sends a request on a connection the service is closing.
+   */
+  HTTP_KEEP_ALIVE_TIMEOUT_MS: int(1000, 255_000).default(65_000),
   DATABASE_URL: z
     .string()
     .regex(/^(file:|libsql:|https?:|wss?:)/, 'a libSQL URL such as file:./data/app.db or libsql://host')

@@ -16,6 +16,8 @@ export function serveOnNode(started: Started): () => Promise<void> {
     errorHandler: (error) => adapterProblem(error, started),
   });
   const server = createServer(listener);
+  // Node's own 5 s is shorter than a load balancer's idle timeout: it would close connections the balancer reuses
+  server.keepAliveTimeout = started.config.HTTP_KEEP_ALIVE_TIMEOUT_MS;
   answerParseErrorsAsProblems(server, started.config.SERVICE_NAME);
   server.listen(port, started.config.HOST, () => {
     const address = server.address();

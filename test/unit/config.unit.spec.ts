@@ -100,6 +100,8 @@ describe('config - invalid values', () => {
     ['HOST', '[::1]'],
     ['HOST', '1::2::3'],
     ['DATABASE_BUSY_TIMEOUT_MS', 'soon'],
+    ['HTTP_KEEP_ALIVE_TIMEOUT_MS', '999'],
+    ['HTTP_KEEP_ALIVE_TIMEOUT_MS', '255001'],
     ['NATS_URL', 'http://127.0.0.1:4222'],
     ['NATS_URL', 'nats://a b'],
     ['NATS_STREAM', 'EVENTS.ALL'],
