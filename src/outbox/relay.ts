@@ -69,9 +69,9 @@ export type RelayRunOptions = StopOptions & {
 };
 
 /**
- * What a run did, summed over its completed passes. A pass whose mark-sent write failed before it was counted (a
- * database outage, a stop) is left out: its rows stay pending and come back as duplicates, so `published` can be
- * below what the stream stored. The relay's metrics count every acknowledgement.
+ * What a run did, summed over its completed passes. A pass whose mark-sent write failed (a database outage, a stop) is
+ * left out, also one counted while its mark was still being written: its rows stay pending and come back as
+ * duplicates, so `published` can be below what the stream stored. The relay's metrics count every acknowledgement.
  */
 export type RelayRunSummary = { passes: number; published: number; duplicates: number; failed: number; parked: number; brokerErrors: number };
 
@@ -211,6 +211,12 @@ export function createRelay(deps: RelayDeps): Relay {
           deps.metrics.publishErrors.inc('database_unavailable');
           deps.log.warn('relay: the run ends with marks left for the next one to write or fold', { error: String(error) });
         }
+      };
+      /** Takes a pass counted while its mark was being written out of the summary: the mark was refused. */
+      const uncount = (pass: Awaited<ReturnType<typeof relayPass>>) => {
+        summary.passes--;
+        summary.published -= pass.published;
+        summary.duplicates -= pass.duplicates;
       };
       /** Waits for a mark-sent write; false (after backing off) when the database refused it. */
       const settle = async (done: Promise<void> | undefined): Promise<boolean> => {
@@ -388,6 +394,8 @@ export function createRelay(deps: RelayDeps): Relay {
           floor = previousMarked && !leftBehind && !pass.ackedRetry && pass.brokerError === undefined ? pass.scannedTo : NO_FLOOR;
           if (previousMarked && full && pass.failed === 0 && pass.brokerError === undefined) {
             marking = { done: pass.marked, seqs: pass.ackedSeqs, pass };
+            // counted below (a bounded run stops on it) and taken out again should its mark be refused
+            pass.marked.catch(() => uncount(pass));
           } else {
             if (!(await settle(pass.marked))) {
               floor = NO_FLOOR;
