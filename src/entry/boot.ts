@@ -50,6 +50,12 @@ export const packageVersion = (): string => (JSON.parse(readFileSync(new URL('..
 /** Crash and broken-variant hooks for the crash tests and the torture run; inert unless a test entry passes them. */
 export type BootFaults = Pick<ServiceIo, 'relayFaults' | 'consumerFaults' | 'brokenNoInbox'>;
 
+/**
+ * How long a stopping process lets the requests under way finish before it closes the connections still open (a
+ * request still under way, or one a client began and never finished), so that no client holds up the roles' stop.
+ */
+export const HTTP_DRAIN_MS = 5000;
+
 /** The port this process serves HTTP on: PORT with the api role, else METRICS_PORT (operational endpoints only) if set. */
 export function httpPort(config: Config): number | undefined {
   return config.ROLES.includes('api') ? config.PORT : config.METRICS_PORT;

@@ -2,7 +2,7 @@ import { getRequestListener, RequestError } from '@hono/node-server';
 import { createServer } from 'node:http';
 import { AppError } from '../errors.ts';
 import { badRequestTarget, isUnbuildableRequest, problemResponse } from '../http/request-target.ts';
-import { httpPort, type Started } from './boot.ts';
+import { HTTP_DRAIN_MS, httpPort, type Started } from './boot.ts';
 import { answerParseErrorsAsProblems } from './parse-error-answer.ts';
 
 /** Serves `started.service.app` with @hono/node-server when this process has a port; returns the close function. */
@@ -23,7 +23,16 @@ export function serveOnNode(started: Started): () => Promise<void> {
     const address = server.address();
     started.log.info('listening', { runtime: 'node', port: typeof address === 'object' && address ? address.port : port, roles: started.config.ROLES });
   });
-  return () => new Promise<void>((resolve) => server.close(() => resolve()));
+  return () =>
+    new Promise<void>((resolve) => {
+      // idle connections close at once; requests under way get HTTP_DRAIN_MS, then every connection left is closed
+      const cut = setTimeout(() => server.closeAllConnections(), HTTP_DRAIN_MS);
+      server.close(() => {
+        clearTimeout(cut);
+        resolve();
+      });
+      server.closeIdleConnections();
+    });
 }
 
 /** A request @hono/node-server could not build is a 400 problem; anything else thrown before the app answered, a 500. */
