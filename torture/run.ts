@@ -180,7 +180,8 @@ export async function runTorture(o: TortureOptions): Promise<TortureResult> {
       broker.replicas,
     );
     processes.forEach(start);
-    await waitFor(async () => (await fetch(`http://127.0.0.1:${apiPort}/health`).catch(() => undefined))?.ok === true, 30_000, 'API start');
+    // every process of the topology starts at once: on two busy cores that can take well over 30 s
+    await waitFor(async () => (await fetch(`http://127.0.0.1:${apiPort}/health`).catch(() => undefined))?.ok === true, 90_000, 'API start');
     // a relay applies OUTBOX_PARTITIONS at start, and refuses to change it once rows are pending: no command before
     await waitFor(async () => (await partitionCount(env.DATABASE_URL!)) === topology.partitions, 60_000, 'the relays applying OUTBOX_PARTITIONS');
 

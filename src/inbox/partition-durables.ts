@@ -93,7 +93,11 @@ export async function prepareDurables(jsm: JetStreamManager, plan: DurablePlan, 
   const firstSeq = info.state.first_seq;
   const wanted = durablesOf(base, mode);
   const mine: ConsumerInfo[] = [];
-  for await (const c of await jsm.consumers.list(stream.name)) if (c.name === base || partitionOfName(base, c.name) !== undefined) mine.push(c);
+  for await (const listed of await jsm.consumers.list(stream.name)) {
+    // nats-server before 2.10 lists a consumer deleted while it answers (a runner's short-lived ephemeral one) as null
+    const c = listed as ConsumerInfo | null;
+    if (c && (c.name === base || partitionOfName(base, c.name) !== undefined)) mine.push(c);
+  }
   const otherLayout = (c: ConsumerInfo) => {
     if (!wanted.includes(c.name)) return true;
     const count = countOf(c);

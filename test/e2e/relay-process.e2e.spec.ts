@@ -200,7 +200,10 @@ async function withBacklog(dbUrl: string, rows: number): Promise<void> {
 }
 
 describe('relay process - edges', () => {
-  it('keeps running when another process holds the database past the busy timeout during a backlog, and drains it once released', async () => {
+  // a 10,000-row drain with database back-offs in it: well within a minute on an idle machine, not beside the whole suite
+  it('keeps running when another process holds the database past the busy timeout during a backlog, and drains it once released', {
+    timeout: 120_000,
+  }, async () => {
     const { nats, client, env, dbUrl } = await setup();
     await withBacklog(dbUrl, 10_000);
     const relay = startRelay({ ...env, RELAY_BATCH: '200', DATABASE_BUSY_TIMEOUT_MS: '200' });

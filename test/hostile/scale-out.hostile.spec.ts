@@ -3,7 +3,7 @@
 // relays and services as the code builds them. Each test states the guarantee it holds: leases lapsing mid-pass,
 // fenced marks, partition-count changes under subscribers, rows without a partition, instances cut off from the broker.
 import { createClient, type Client } from '@libsql/client';
-import { jetstreamManager, type ConsumerInfo } from '@nats-io/jetstream';
+import type { ConsumerInfo } from '@nats-io/jetstream';
 import { connect as natsConnect, type NatsConnection } from '@nats-io/transport-node';
 import { describe, expect, it } from 'vitest';
 import { defineModules } from '../../src/compose/define-modules.ts';
@@ -28,7 +28,7 @@ import { freePort } from '../support/process.ts';
 import { startWriteLockHolder } from '../support/write-lock.ts';
 import { drainOutbox, relayDeps, type RelayOverrides } from '../support/relay.ts';
 import { createTestService } from '../support/service.ts';
-import { freshStream, publishRaw, readStream, streamEnv, type StreamEntry } from '../support/stream.ts';
+import { durablesOf, freshStream, publishRaw, readStream, streamEnv, type StreamEntry } from '../support/stream.ts';
 import { useNats } from '../support/use-nats.ts';
 
 const nats = useNats();
@@ -475,10 +475,7 @@ async function appliedVersions(client: Client): Promise<Map<string, number[]>> {
 }
 
 async function durablesOn(stream: StreamSettings): Promise<ConsumerInfo[]> {
-  const out: ConsumerInfo[] = [];
-  // durables only: a runner's check for lost deliveries reads the stream through short-lived ephemeral consumers
-  for await (const c of await (await jetstreamManager(nats().nc)).consumers.list(stream.name)) if (c.config.durable_name) out.push(c);
-  return out;
+  return durablesOf(nats().nc, stream.name);
 }
 
 /** Relay runs until idle over `t`, with OUTBOX_PARTITIONS = `partitions` (applied at its start, as in production). */

@@ -2,7 +2,6 @@
 // leases go back at once (another instance takes over well before their TTL), and that instance applies every event
 // once, each aggregate's in order, even when the stop landed half-way through creating the partition durables.
 import { createClient, type Client } from '@libsql/client';
-import { jetstreamManager } from '@nats-io/jetstream';
 import { describe, expect, it } from 'vitest';
 import { DRIVER_BUSY_WAIT_MS, setBusyBudget } from '../../src/db/write-lock.ts';
 import type { StreamSettings } from '../../src/nats/stream-settings.ts';
@@ -13,7 +12,7 @@ import { eventually } from '../support/eventually.ts';
 import { freezingConnect } from '../support/frozen-broker.ts';
 import { natsClient, startNats, type NatsServer } from '../support/nats.ts';
 import { createTestService } from '../support/service.ts';
-import { freshStream, publishRaw, streamEnv } from '../support/stream.ts';
+import { durablesOf, freshStream, publishRaw, streamEnv } from '../support/stream.ts';
 
 const TTL_MS = 12_000;
 const BASE = 'hono-outbox-audit';
@@ -120,8 +119,7 @@ describe('subscriber instance - stopped while readying its durables on a frozen 
       for (const id of accounts) expect(applied.get(id), id).toEqual([1, 2, 3]);
       if (mode !== 'single') {
         const check = await natsClient(server.url);
-        const names: string[] = [];
-        for await (const c of await (await jetstreamManager(check)).consumers.list(stream.name)) if (c.config.durable_name) names.push(c.name);
+        const names = (await durablesOf(check, stream.name)).map((c) => c.name);
         await check.close();
         expect(names.sort()).toEqual(Array.from({ length: 16 }, (_, k) => `${BASE}-p${k}`).sort());
       }

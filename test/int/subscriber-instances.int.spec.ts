@@ -2,7 +2,7 @@
 // partitioned they split the outbox partitions, single one of them consumes while the others stand by, and across
 // every hand-over (a stop, a rebalance, a switch of mode) each event is applied once, each aggregate's in order.
 import { createClient, type Client } from '@libsql/client';
-import { jetstream, jetstreamManager, type ConsumerInfo } from '@nats-io/jetstream';
+import { jetstream, type ConsumerInfo } from '@nats-io/jetstream';
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { defineModules } from '../../src/compose/define-modules.ts';
@@ -21,7 +21,7 @@ import { accountsContext } from '../support/fixture/accounts/context.ts';
 import { fixtureEvents } from '../support/fixture/modules.ts';
 import { audit } from '../support/fixture/subscribers/audit/subscriber.ts';
 import { createTestService } from '../support/service.ts';
-import { freshStream, publishRaw, streamEnv } from '../support/stream.ts';
+import { durablesOf, freshStream, publishRaw, streamEnv } from '../support/stream.ts';
 import { useNats } from '../support/use-nats.ts';
 
 const nats = useNats();
@@ -94,9 +94,7 @@ async function expectAllOnceInOrder(sdb: SubscriberDb, accounts: readonly string
 const accountsNamed = (tag: string, n: number) => Array.from({ length: n }, (_, i) => `${tag}-${process.pid}-${i}`);
 
 async function durablesOn(stream: StreamSettings): Promise<ConsumerInfo[]> {
-  const out: ConsumerInfo[] = [];
-  // durables only: a runner's check for lost deliveries reads the stream through short-lived ephemeral consumers
-  for await (const c of await (await jetstreamManager(nats().nc)).consumers.list(stream.name)) if (c.config.durable_name) out.push(c);
+  const out = await durablesOf(nats().nc, stream.name);
   return out.sort((a, b) => a.name.localeCompare(b.name, 'en', { numeric: true }));
 }
 

@@ -1,4 +1,4 @@
-import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager, type ConsumerInfo } from '@nats-io/jetstream';
 import { headers as natsHeaders } from '@nats-io/nats-core';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { IntegrationEvent } from '../../src/events/integration-event.ts';
@@ -85,4 +85,14 @@ export async function freshStream(nc: NatsConnection, tag = 'T', over: Partial<O
   const stream = ownStream(tag, over);
   await createStream(nc, stream);
   return stream;
+}
+
+/**
+ * The durable consumers of `stream`, leaving out ephemeral ones (a runner's lost-delivery check reads through
+ * short-lived ones) and the null that nats-server before 2.10 lists for a consumer deleted while it answers.
+ */
+export async function durablesOf(nc: NatsConnection, stream: string): Promise<ConsumerInfo[]> {
+  const out: ConsumerInfo[] = [];
+  for await (const c of await (await jetstreamManager(nc)).consumers.list(stream)) if ((c as ConsumerInfo | null)?.config.durable_name) out.push(c);
+  return out;
 }
