@@ -51,10 +51,26 @@ export const packageVersion = (): string => (JSON.parse(readFileSync(new URL('..
 export type BootFaults = Pick<ServiceIo, 'relayFaults' | 'consumerFaults' | 'brokenNoInbox'>;
 
 /**
- * How long a stopping process lets the requests under way finish before it closes the connections still open (a
- * request still under way, or one a client began and never finished), so that no client holds up the roles' stop.
+ * How long a stopping process gives the connections it has before it closes them: requests under way finish, and a
+ * client that began a request and never finished it, or never reads its answers, cannot hold up the roles' stop.
  */
 export const HTTP_DRAIN_MS = 5000;
+
+/** How long the answers of the last handlers get to leave before a stopping server closes their connections. */
+const ANSWERS_LEAVE_MS = 500;
+
+/**
+ * Resolves when a stopping server may close the connections it still has: HTTP_DRAIN_MS after the stop began, and
+ * once no request handler runs (a command whose body had arrived commits whether its connection is there or not, so
+ * it is answered first), or DATABASE_BUSY_TIMEOUT_MS later at most (a handler still reading a body that never ends),
+ * and ANSWERS_LEAVE_MS after that.
+ */
+export async function drainDeadline(config: Config, handlersEnded: () => Promise<void>): Promise<void> {
+  const after = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref?.());
+  await after(HTTP_DRAIN_MS);
+  await Promise.race([handlersEnded(), after(config.DATABASE_BUSY_TIMEOUT_MS)]);
+  await after(ANSWERS_LEAVE_MS);
+}
 
 /** The port this process serves HTTP on: PORT with the api role, else METRICS_PORT (operational endpoints only) if set. */
 export function httpPort(config: Config): number | undefined {

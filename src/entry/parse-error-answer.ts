@@ -49,11 +49,12 @@ export function answerParseErrorsAsProblems(server: Server, service: string): vo
       socket.destroy();
       return;
     }
-    socket.end(parseErrorResponse(statusOf(error.code), service));
+    // closed once answered: the server no longer tracks this socket, and lets its reading side stay open
+    socket.end(parseErrorResponse(statusOf(error.code), service), () => socket.destroy());
   });
   // RFC 9110 §15.6.2: 501 for a method the server supports for no resource
   server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
-    if (socket.writable) socket.end(parseErrorResponse(501, service));
+    if (socket.writable) socket.end(parseErrorResponse(501, service), () => socket.destroy());
     else socket.destroy();
   });
   server.on('checkExpectation', (_req: IncomingMessage, res: ServerResponse) => {

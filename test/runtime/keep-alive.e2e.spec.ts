@@ -3,29 +3,13 @@
 // service is closing at that moment; closed once the configured time has passed; and never holding up a stop.
 import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
-import { describe, expect, it, type TestContext } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createTempDir } from '../support/db.ts';
 import { orderBody } from '../support/example-orders.ts';
-import { RUNTIMES, spawnService, waitForHttp, type Runtime, type ServiceHandle } from '../support/process.ts';
+import { startApiProcess } from '../support/api-process.ts';
+import { RUNTIMES, spawnService } from '../support/process.ts';
 
-/** The service with the api role on `runtime`, answering /health; stopped when the test `t` ends. */
-async function startApi(t: TestContext, runtime: Runtime, env: Record<string, string> = {}): Promise<ServiceHandle> {
-  const tmp = createTempDir();
-  const service = await spawnService(runtime, `src/entry/${runtime}.ts`, {
-    DATABASE_URL: `file:${join(tmp.dir, 'app.db')}`,
-    ROLES: 'api',
-    LOG_LEVEL: 'warn',
-    ...env,
-  });
-  // the tests of this file run at once: each cleans up after itself, through its own context
-  t.onTestFinished(async () => {
-    await service.kill9();
-    tmp[Symbol.dispose]();
-  });
-  const health = await waitForHttp(`${service.url}/health`, { child: service, timeoutMs: 30_000 });
-  expect(health.status, service.output()).toBe(200);
-  return service;
-}
+const startApi = startApiProcess;
 
 /** One TCP connection speaking HTTP/1.1 by hand: requests are sent on it, and it tells when the server closed it. */
 async function keepAliveConnection(port: number) {
