@@ -16,16 +16,18 @@ const port = httpPort(started.config);
 if (port !== undefined) {
   // idleTimeout is in whole seconds (at most 255): Bun's own 10 s is shorter than a load balancer's idle timeout
   const idleTimeout = Math.ceil(started.config.HTTP_KEEP_ALIVE_TIMEOUT_MS / 1000);
-  const underWay = requestsUnderWay(async (request) => {
-    // Bun's idle timeout also runs while a handler works (a command waiting for the write lock): off until it answers
+  const underWay = requestsUnderWay(started.service.app.fetch);
+  const guarded = guardRequestTarget(underWay.fetch, { fallbackHost: started.config.HOST, service: started.config.SERVICE_NAME });
+  // Bun's idle timeout also runs while a handler works (a command waiting for the write lock): off until it answers,
+  // set on the request Bun gave (the guard may hand the app a copy)
+  const fetch = async (request: Request) => {
     server.timeout(request, 0);
     try {
-      return await started.service.app.fetch(request);
+      return await guarded(request);
     } finally {
       server.timeout(request, idleTimeout);
     }
-  });
-  const fetch = guardRequestTarget(underWay.fetch, { fallbackHost: started.config.HOST, service: started.config.SERVICE_NAME });
+  };
   const server = Bun.serve({ fetch, port, hostname: started.config.HOST, idleTimeout });
   started.log.info('listening', { runtime: 'bun', port: server.port, roles: started.config.ROLES });
   stopOnSignals(started, async () => {
