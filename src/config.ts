@@ -17,7 +17,13 @@ const int = (min: number, max: number) =>
     .regex(/^\d+$/, `an integer between ${min} and ${max}`)
     .transform(Number)
     // a number of hundreds of digits reads as Infinity: out of range, not "not a number"
-    .pipe(z.number({ error: `an integer between ${min} and ${max}` }).int().min(min, `an integer between ${min} and ${max}`).max(max, `an integer between ${min} and ${max}`));
+    .pipe(
+      z
+        .number({ error: `an integer between ${min} and ${max}` })
+        .int()
+        .min(min, `an integer between ${min} and ${max}`)
+        .max(max, `an integer between ${min} and ${max}`),
+    );
 
 /** A duration (`500ms`, `30s`, `15m`, `2h`, `7d`) between `min` and `max` ms, parsed to milliseconds. */
 const duration = (min: number, max: number) => {
